@@ -1,0 +1,76 @@
+"""One root error class and the few subclasses a caller can act on.
+
+Each error says what is wrong and what to change. ``InvalidRequestError`` (and its tokenizer-
+boundary and context-length subclasses) carry the field path (``loc``) of the offending value; the
+server maps them to HTTP 422 in one table (``HTTP_STATUS``), the rest to 4xx/5xx as listed there.
+``assert`` is kept for internal invariants only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+Loc = tuple[str | int, ...]
+
+
+class TypedDecisionsError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class InvalidRequestError(TypedDecisionsError):
+    """The request cannot be answered as sent (HTTP 422). ``errors`` lists ``(loc, msg)`` pairs."""
+
+    def __init__(self, msg: str, loc: Loc = (), *, errors: Sequence[tuple[Loc, str]] | None = None):
+        self.errors: list[tuple[Loc, str]] = list(errors) if errors else [(tuple(loc), msg)]
+        self.loc: Loc = self.errors[0][0]
+        self.msg: str = self.errors[0][1]
+        text = "; ".join(f"{'.'.join(map(str, l)) or '<request>'}: {m}" for l, m in self.errors)
+        super().__init__(text)
+
+
+class TokenizerBoundaryError(InvalidRequestError):
+    """An option's label does not tokenize cleanly at the answer boundary (HTTP 422)."""
+
+
+class ContextTooLongError(InvalidRequestError):
+    """A prompt exceeds the model's context or the configured token limit; never truncated (422)."""
+
+
+class EngineError(TypedDecisionsError):
+    """ONNX Runtime failed while running a prompt (HTTP 500)."""
+
+
+class ArtifactError(TypedDecisionsError):
+    """An exported model directory is missing, incomplete or has been modified since export."""
+
+
+class ModelNotFoundError(TypedDecisionsError):
+    """A model name is neither in the catalogue nor loaded (HTTP 404)."""
+
+
+class ModelIntegrityError(ArtifactError):
+    """A downloaded or assembled model file does not match its pinned sha256."""
+
+
+HTTP_STATUS: dict[type[TypedDecisionsError], int] = {
+    InvalidRequestError: 422,
+    ModelNotFoundError: 404,
+    ArtifactError: 500,
+    EngineError: 500,
+    TypedDecisionsError: 500,
+}
+
+
+def http_status(error: TypedDecisionsError) -> int:
+    """The HTTP status for an error: the first entry of ``HTTP_STATUS`` in its MRO."""
+    for cls in type(error).__mro__:
+        if cls in HTTP_STATUS:
+            return HTTP_STATUS[cls]
+    return 500
+
+
+__all__ = [
+    "ArtifactError", "ContextTooLongError", "EngineError", "HTTP_STATUS", "InvalidRequestError",
+    "Loc", "ModelIntegrityError", "ModelNotFoundError", "TokenizerBoundaryError",
+    "TypedDecisionsError", "http_status",
+]

@@ -1,0 +1,222 @@
+"""The System One wire format: requests, questions, answers and usage as pydantic models.
+
+This module is the contract with clients (typesafe-sdk, DSPy's TypeSafe client, the HTTP server):
+the request is translated once into compiled questions (``compiler.py``) and the readouts once
+back into these answer models (``reducers.py``). Nothing here knows about tokens or logits.
+
+Request::
+
+    {"model": "jev-latest",
+     "state": "I was charged twice. Please help.",           # str, object or array
+     "questions": {
+        "team":     {"type": "choice", "instructions": "Which team?",
+                     "criteria": {"billing": "Payments, refunds", "tech": null}},
+        "urgent":   {"type": "noul", "instructions": "Is it urgent?"},
+        "severity": {"type": "score", "criteria": ["low", "medium", "high"]}}}
+
+Response::
+
+    {"model": "...", "usage": {"input_tokens": 412, "output_tokens": 0},
+     "answers": {"team": {"type": "choice", "choice": "billing", "confidence": 0.83,
+                          "probabilities": {"billing": 0.91, "tech": 0.09}},
+                 "urgent": {"type": "noul", "noul": 0.71},
+                 "severity": {"type": "score", "score": 1.2, "confidence": 0.4,
+                              "legend": {"0": "low", "1": "medium", "2": "high"},
+                              "probabilities": {"0": 0.2, "1": 0.4, "2": 0.4}}}}
+
+Unknown fields are rejected everywhere (``extra="forbid"``); sampling parameters get a message of
+their own, because this engine never generates text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# A description: text, or a JSON object / array rendered as compact JSON in the prompt.
+Content = Union[str, dict[str, Any], list[Any]]
+
+SAMPLING_PARAMETERS = frozenset(
+    {"temperature", "top_p", "top_k", "min_p", "max_tokens", "max_new_tokens", "seed", "n",
+     "stop", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
+     "do_sample", "num_beams", "stream"}
+)
+
+
+def render_content(value: Content) -> str:
+    """Text as is; objects and arrays as compact, key-order-preserving JSON.
+
+    >>> render_content({"subject": "Refund", "id": 7})
+    '{"subject":"Refund","id":7}'
+    """
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_sampling(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in data:
+                if key in SAMPLING_PARAMETERS:
+                    raise ValueError(
+                        f"'{key}' is a sampling parameter: this engine never generates text (it reads "
+                        "label probabilities after the prompt), so sampling settings are refused, "
+                        "not ignored. Remove the field."
+                    )
+        return data
+
+
+# --------------------------------------------------------------------------- questions
+
+
+class NoulCriteria(_Strict):
+    """Optional descriptions of the yes (``true``) and no (``false``) outcomes."""
+
+    true: Content | None = None
+    false: Content | None = None
+
+
+class Noul(_Strict):
+    """A yes/no question; the answer is P(yes). Needs instructions or one described outcome."""
+
+    type: Literal["noul"] = "noul"
+    instructions: Content | None = None
+    criteria: NoulCriteria | None = None
+
+    @model_validator(mode="after")
+    def _needs_something(self) -> Noul:
+        described = self.criteria is not None and (
+            self.criteria.true is not None or self.criteria.false is not None
+        )
+        if self.instructions is None and not described:
+            raise ValueError("a noul question needs 'instructions' or at least one described "
+                             "outcome in 'criteria' ('true' or 'false')")
+        return self
+
+
+class Choice(_Strict):
+    """Pick one of the named options. ``criteria`` maps option name → description (or null)."""
+
+    type: Literal["choice"] = "choice"
+    instructions: Content | None = None
+    criteria: dict[str, Content | None]
+
+    @field_validator("criteria")
+    @classmethod
+    def _options(cls, criteria: dict[str, Content | None]) -> dict[str, Content | None]:
+        if not criteria:
+            raise ValueError("a choice question needs at least one option")
+        for name in criteria:
+            if not name.strip():
+                raise ValueError(f"option name {name!r} is empty or whitespace; give each option a "
+                                 "visible name")
+        return criteria
+
+
+class Score(_Strict):
+    """Rate on ordered levels; ``criteria[i]`` describes level i (from 0)."""
+
+    type: Literal["score"] = "score"
+    instructions: Content | None = None
+    criteria: list[Content] = Field(min_length=2)
+
+    @field_validator("criteria")
+    @classmethod
+    def _levels(cls, levels: list[Content]) -> list[Content]:
+        rendered = [render_content(level) for level in levels]
+        for i, text in enumerate(rendered):
+            if not text.strip():
+                raise ValueError(f"level {i} is empty; describe every level")
+        return levels
+
+
+Question = Annotated[Union[Noul, Choice, Score], Field(discriminator="type")]
+
+
+class DecisionRequest(_Strict):
+    """``POST /v1/systemone`` body. ``assets`` (images) are refused: this is a text-only engine."""
+
+    model: str
+    state: Content
+    questions: dict[str, Question]
+    assets: dict[str, Any] | None = None
+
+    @field_validator("questions")
+    @classmethod
+    def _names(cls, questions: dict[str, Any]) -> dict[str, Any]:
+        for name in questions:
+            if not name:
+                raise ValueError("question names must be non-empty strings")
+        return questions
+
+    @field_validator("assets")
+    @classmethod
+    def _no_assets(cls, assets: dict[str, Any] | None) -> None:
+        if assets:
+            raise ValueError("image assets need a multimodal model; this server runs a text-only "
+                             "model. Send the state as text, an object or an array.")
+        return None
+
+
+# --------------------------------------------------------------------------- answers
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    calibration: str | None = Field(
+        default=None, exclude=True,
+        description="What calibration was applied (Python API only; never on the wire).",
+    )
+
+
+class NoulAnswer(_Answer):
+    type: Literal["noul"] = "noul"
+    noul: float = Field(ge=0.0, le=1.0, description="P(yes).")
+
+
+class ChoiceAnswer(_Answer):
+    type: Literal["choice"] = "choice"
+    choice: str
+    confidence: float = Field(ge=0.0, le=1.0)
+    probabilities: dict[str, float]
+
+
+class ScoreAnswer(_Answer):
+    type: Literal["score"] = "score"
+    score: float
+    confidence: float = Field(ge=0.0, le=1.0)
+    legend: dict[str, Content]
+    probabilities: dict[str, float]
+
+
+Answer = Annotated[Union[NoulAnswer, ChoiceAnswer, ScoreAnswer], Field(discriminator="type")]
+
+
+class Usage(BaseModel):
+    """Token counts. ``input_tokens`` is logical: the tokens of every question's full prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_tokens: int
+    output_tokens: int = 0
+
+
+class DecisionResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    answers: dict[str, Answer]
+    usage: Usage
+
+
+__all__ = [
+    "Answer", "Choice", "ChoiceAnswer", "Content", "DecisionRequest", "DecisionResponse", "Noul",
+    "NoulAnswer", "NoulCriteria", "Question", "SAMPLING_PARAMETERS", "Score", "ScoreAnswer",
+    "Usage", "render_content",
+]
