@@ -52,6 +52,10 @@ class ModelIntegrityError(ArtifactError):
     """A downloaded or assembled model file does not match its pinned sha256."""
 
 
+class ModelDownloadError(TypedDecisionsError):
+    """Fetching a catalogue model's wheels failed (pip exited non-zero or left no wheel)."""
+
+
 HTTP_STATUS: dict[type[TypedDecisionsError], int] = {
     InvalidRequestError: 422,
     ModelNotFoundError: 404,
@@ -71,6 +75,6 @@ def http_status(error: TypedDecisionsError) -> int:
 
 __all__ = [
     "ArtifactError", "ContextTooLongError", "EngineError", "HTTP_STATUS", "InvalidRequestError",
-    "Loc", "ModelIntegrityError", "ModelNotFoundError", "TokenizerBoundaryError",
+    "Loc", "ModelDownloadError", "ModelIntegrityError", "ModelNotFoundError", "TokenizerBoundaryError",
     "TypedDecisionsError", "http_status",
 ]

