@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create .venv and install every distribution of this repository editable (runtime with its server
+# and test extras, the export step, the integrations). Idempotent: skipped when nothing changed.
+# torch is installed first and pinned (torch==2.13.0, a CPU wheel pip finds on these machines), so
+# no requirement can pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=.venv/.td-setup
+want=$(cat pyproject.toml export/pyproject.toml integrations/*/pyproject.toml scripts/setup.sh 2>/dev/null | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+pip() { .venv/bin/python -m pip "$@"; }
+pip install -q --upgrade pip
+pip install -q torch==2.13.0
+args=(-e ".[server,test]" -e ./export)
+for d in integrations/*/; do [ -f "$d/pyproject.toml" ] && args+=(-e "$d"); done
+pip install -q "${args[@]}"
+.venv/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+echo "$want" > "$stamp"

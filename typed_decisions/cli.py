@@ -1,0 +1,113 @@
+"""The ``typed-decisions`` command: one entry point, one subcommand per pipeline stage.
+
+    typed-decisions models list | pull NAME | path NAME      the offline model catalogue
+    typed-decisions export SOURCE --out DIR [--quantize int8]  (needs typed-decisions-export)
+    typed-decisions decide --model DIR [--labels names|letters] [--explain] [REQUEST.json | -]
+    typed-decisions serve --model DIR [--host H] [--port P]    (needs the [server] extra)
+
+Heavy or optional modules are imported inside each subcommand, so ``--help`` is instant and the
+runtime never imports torch. Errors of this package are printed as one line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import InvalidRequestError, TypedDecisionsError
+
+EXPORT_HINT = ("the export step needs the export distribution (torch + transformers): "
+               "pip install typed-decisions-export   (from a checkout: pip install -e export/)")
+
+
+def _cmd_export(argv: list[str]) -> int:
+    try:
+        from typed_decisions_export.cli import main as export_main
+    except ImportError as e:
+        if getattr(e, "name", "") and not str(e.name).startswith("typed_decisions_export"):
+            raise
+        print(f"typed-decisions export: {EXPORT_HINT}", file=sys.stderr)
+        return 2
+    return int(export_main(argv) or 0)
+
+
+def _cmd_models(argv: list[str]) -> int:
+    from .models import main_models
+
+    return int(main_models(argv) or 0)
+
+
+def _decide_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="typed-decisions decide",
+                                description="Answer a System One request with an exported model.")
+    p.add_argument("request", nargs="?", default="-",
+                   help="request JSON file ({model, state, questions}); '-' or nothing reads stdin")
+    p.add_argument("--model", required=True, type=Path, help="exported model directory")
+    p.add_argument("--labels", choices=["names", "letters"], default=None,
+                   help="label mode (default: the engine's, 'names')")
+    p.add_argument("--confidence", choices=["typesafe", "bonsai", "entropy"], default="typesafe")
+    p.add_argument("--calibration", type=Path, default=None, help="calibration file to apply")
+    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads (default: all cores)")
+    p.add_argument("--explain", action="store_true",
+                   help="print prompts, token ids of the prefix and label paths, raw logits per trie node")
+    return p
+
+
+def _cmd_decide(argv: list[str]) -> int:
+    args = _decide_parser().parse_args(argv)
+    from .decider import Decider
+
+    text = sys.stdin.read() if args.request == "-" else Path(args.request).read_text()
+    try:
+        payload = json.loads(text)
+    except ValueError as e:
+        raise InvalidRequestError(f"request is not valid JSON: {e}") from None
+    decider = Decider.from_dir(args.model, threads=args.threads, confidence=args.confidence,
+                               calibration=args.calibration, label_mode=args.labels or "names")
+    if args.explain:
+        print(json.dumps(decider.explain(payload), indent=2, ensure_ascii=False))
+    else:
+        print(decider.run(payload).model_dump_json(indent=2))
+    return 0
+
+
+def _cmd_serve(argv: list[str]) -> int:
+    try:
+        from .server import main as serve_main
+    except ImportError as e:
+        print(f"typed-decisions serve: the server needs its extra: pip install "
+              f"'typed-decisions-runtime[server]' ({e})", file=sys.stderr)
+        return 2
+    return int(serve_main(argv) or 0)
+
+
+COMMANDS = {
+    "models": (_cmd_models, "list, pull and locate models of the offline catalogue"),
+    "export": (_cmd_export, "export a Hugging Face folder, GGUF file or catalogue model to ONNX"),
+    "decide": (_cmd_decide, "answer a request (JSON) with an exported model"),
+    "serve": (_cmd_serve, "serve /v1/systemone over HTTP"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        lines = "\n".join(f"  {name:8s} {help_}" for name, (_, help_) in COMMANDS.items())
+        print(f"usage: typed-decisions COMMAND [ARGS]\n\ncommands:\n{lines}\n\n"
+              "Run 'typed-decisions COMMAND --help' for a command's options.")
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\ntyped-decisions: unknown command {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0
+    func, _ = COMMANDS[argv[0]]
+    try:
+        return func(argv[1:])
+    except TypedDecisionsError as e:
+        print(f"typed-decisions {argv[0]}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

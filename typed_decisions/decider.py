@@ -1,0 +1,239 @@
+"""The Decider: requests in, typed answers out. The thin shell that joins the pipeline stages.
+
+    request ─ compiler ─▶ prefix + suffixes + label tries ─ engine ─▶ logits per trie node
+            ─ readout ─▶ option probabilities ─ calibration (if a file is given) ─ reducers ─▶ answers
+
+All questions of all requests passed together go to the engine in ONE call, so the state prefix is
+prefilled once, question suffixes run as one batch, and multi-token label branches as another.
+
+>>> decider = Decider.from_dir("~/.cache/typed-decisions/exports/tiny")      # doctest: +SKIP
+>>> decider.decide("I was charged twice.", {"team": Choice(criteria={"billing": None, "tech": None})})  # doctest: +SKIP
+DecisionResponse(model='tiny', answers={'team': ChoiceAnswer(choice='billing', ...)}, usage=...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from . import reducers
+from .artifacts import Artifacts, load_artifacts
+from .calibration import CalibrationFile, calibrate
+from .compiler import CompiledQuestion, CompiledRequest, Compiler, LabelMode
+from .engine import Engine
+from .errors import InvalidRequestError
+from .readout import LabelTrie, option_probabilities
+from .reducers import ConfidenceKind
+from .schema import (Answer, ChoiceAnswer, Content, DecisionRequest, DecisionResponse, NoulAnswer,
+                     Question, ScoreAnswer, Usage)
+from .tokenization import ChatTemplate, TextTokenizer
+
+
+def parse_request(data: DecisionRequest | Mapping[str, Any]) -> DecisionRequest:
+    """Validate a wire request; errors name the field path (``questions.team.criteria``)."""
+    if isinstance(data, DecisionRequest):
+        return data
+    try:
+        return DecisionRequest.model_validate(data)
+    except ValidationError as e:
+        errors = []
+        for err in e.errors(include_url=False):
+            loc = list(err["loc"])
+            # Drop the discriminator tag pydantic inserts: questions.team.choice.criteria → questions.team.criteria
+            if len(loc) >= 3 and loc[0] == "questions" and loc[2] in ("noul", "choice", "score"):
+                del loc[2]
+            msg = err["msg"].removeprefix("Value error, ")
+            errors.append((tuple(loc), msg))
+        raise InvalidRequestError(errors[0][1], errors[0][0], errors=errors) from None
+
+
+@dataclass(frozen=True)
+class Readout:
+    """Raw readout of one question: per trie node (prefix) the children and their logits."""
+
+    question: CompiledQuestion
+    trie: LabelTrie
+    node_logits: dict[tuple[int, ...], np.ndarray]
+
+    def probabilities(self) -> np.ndarray:
+        return option_probabilities(self.trie, self.node_logits, len(self.question.options))
+
+
+class Decider:
+    """Answers System One requests with one exported model.
+
+    Args:
+        artifacts: a loaded export (see ``from_dir``).
+        label_mode: ``"names"`` (options read out by their names) or ``"letters"``.
+        confidence: ``"typesafe"`` (default, the hosted API's formula), ``"bonsai"`` or ``"entropy"``.
+        calibration: a calibration file (or its path); off by default, and visible on answers.
+        threads: ONNX Runtime intra-op threads (default: all cores).
+        cache_bytes: budget of the cross-request prefix cache (0 disables it).
+        max_tokens: refuse prompts longer than this (default: the model's context length).
+    """
+
+    def __init__(self, artifacts: Artifacts, *, label_mode: LabelMode = "names",
+                 confidence: ConfidenceKind = reducers.DEFAULT_CONFIDENCE,
+                 calibration: CalibrationFile | str | Path | None = None, threads: int | None = None,
+                 providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
+                 max_tokens: int | None = None, max_batch_rows: int | None = None):
+        self.artifacts = artifacts
+        self.name = artifacts.name
+        self.label_mode: LabelMode = label_mode
+        self.confidence_kind: ConfidenceKind = confidence
+        self.tokenizer = TextTokenizer(artifacts.tokenizer_path, artifacts.tokenizer_info)
+        self.template = ChatTemplate(artifacts.chat_template, self.tokenizer)
+        limit = max_tokens or artifacts.architecture.max_position_embeddings
+        self.compiler = Compiler(self.tokenizer, self.template, max_tokens=limit)
+        self.engine = Engine(artifacts, threads=threads, providers=providers, cache_bytes=cache_bytes,
+                             max_batch_rows=max_batch_rows)
+        if isinstance(calibration, (str, Path)):
+            calibration = CalibrationFile.load(calibration)
+        self.calibration: CalibrationFile | None = calibration
+
+    @classmethod
+    def from_dir(cls, path: str | Path, **kwargs: Any) -> Decider:
+        """Load an exported model directory (``typed-decisions export ... --out DIR``)."""
+        return cls(load_artifacts(path), **kwargs)
+
+    # -- public API
+
+    def decide(self, state: Content, questions: Mapping[str, Question | Mapping[str, Any]], *,
+               label_mode: LabelMode | None = None) -> DecisionResponse:
+        """Ask typed questions about one state."""
+        request = parse_request({"model": self.name, "state": state,
+                                 "questions": {k: (v.model_dump(exclude_none=True) if hasattr(v, "model_dump") else v)
+                                               for k, v in questions.items()}})
+        return self.run(request, label_mode=label_mode)
+
+    def run(self, request: DecisionRequest | Mapping[str, Any], *,
+            label_mode: LabelMode | None = None) -> DecisionResponse:
+        """Answer one wire-format request."""
+        return self.run_many([request], label_mode=label_mode)[0]
+
+    def run_many(self, requests: Sequence[DecisionRequest | Mapping[str, Any]], *,
+                 label_mode: LabelMode | None = None, share_prefixes: bool = True,
+                 use_cache: bool = True) -> list[DecisionResponse]:
+        """Answer several requests in one engine call (shared prefixes computed once)."""
+        parsed = [parse_request(r) for r in requests]
+        compiled = [self.compiler.compile(r, label_mode=label_mode or self.label_mode) for r in parsed]
+        readouts = self._read(compiled, share_prefixes=share_prefixes, use_cache=use_cache)
+        content_free = self._content_free(parsed, label_mode or self.label_mode)
+        out = []
+        for req, comp, reads, cf in zip(parsed, compiled, readouts, content_free):
+            answers: dict[str, Answer] = {}
+            for r in reads:
+                answers[r.question.name] = self._answer(r, cf.get(r.question.name) if cf else None)
+            out.append(DecisionResponse(model=self.name, answers=answers,
+                                        usage=Usage(input_tokens=comp.logical_tokens, output_tokens=0)))
+        return out
+
+    def probabilities(self, request: DecisionRequest | Mapping[str, Any], *,
+                      label_mode: LabelMode | None = None, share_prefixes: bool = True,
+                      use_cache: bool = True) -> dict[str, np.ndarray]:
+        """Uncalibrated option probabilities per question (float64), in option order."""
+        comp = self.compiler.compile(parse_request(request), label_mode=label_mode or self.label_mode)
+        (reads,) = self._read([comp], share_prefixes=share_prefixes, use_cache=use_cache)
+        return {r.question.name: r.probabilities() for r in reads}
+
+    def explain(self, request: DecisionRequest | Mapping[str, Any], *,
+                label_mode: LabelMode | None = None) -> dict[str, Any]:
+        """Rendered prompts, token ids of the shared prefix and every label path, raw logits per trie node."""
+        req = parse_request(request)
+        comp = self.compiler.compile(req, label_mode=label_mode or self.label_mode)
+        (reads,) = self._read([comp], share_prefixes=True, use_cache=True)
+        dec = self.tokenizer.decode
+        questions = {}
+        for r in reads:
+            q = r.question
+            questions[q.name] = {
+                "type": q.type,
+                "prompt": dec(list(comp.prefix_ids + q.suffix_ids)),
+                "suffix_ids": list(q.suffix_ids),
+                "options": list(q.options),
+                "labels": list(q.labels),
+                "label_paths": [{"option": q.options[o], "text": t, "token_ids": list(p),
+                                 "tokens": [self.tokenizer.token_str(i) for i in p]}
+                                for p, o, t in zip(q.label_paths.paths, q.label_paths.owners, q.label_paths.texts)],
+                "nodes": [{"prefix": list(u), "children": list(r.trie.children[u]),
+                           "logits": [float(x) for x in r.node_logits[u]] if u in r.node_logits else None}
+                          for u in sorted(r.trie.children, key=lambda u: (len(u), u))],
+                "probabilities": dict(zip(q.options, map(float, r.probabilities()))),
+            }
+        return {"model": self.name, "label_mode": comp.label_mode, "prefix_ids": list(comp.prefix_ids),
+                "prefix_text": dec(list(comp.prefix_ids)), "questions": questions,
+                "usage": {"input_tokens": comp.logical_tokens, "output_tokens": 0},
+                "tokens_computed": self.engine.stats.tokens_computed}
+
+    # -- internals
+
+    def _read(self, compiled: Sequence[CompiledRequest], *, share_prefixes: bool,
+              use_cache: bool) -> list[list[Readout]]:
+        contexts: list[tuple[int, ...]] = []
+        allowed: list[tuple[int, ...]] = []
+        where: list[tuple[int, int, tuple[int, ...]]] = []  # (request, question, trie node)
+        tries: list[list[LabelTrie]] = []
+        for ri, comp in enumerate(compiled):
+            tries.append([])
+            for qi, q in enumerate(comp.questions):
+                trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
+                tries[-1].append(trie)
+                for u, kids in trie.internal_nodes():
+                    if len(kids) == 1:
+                        continue  # a single child has probability 1: no readout needed
+                    contexts.append(comp.prefix_ids + q.suffix_ids + u)
+                    allowed.append(kids)
+                    where.append((ri, qi, u))
+        points = compiled[0].checkpoints if len(compiled) == 1 else ()
+        logits = self.engine.next_token_logits(contexts, allowed, cache_points=points,
+                                               use_cache=use_cache, share_prefixes=share_prefixes)
+        node_logits: list[list[dict[tuple[int, ...], np.ndarray]]] = [
+            [{} for _ in comp.questions] for comp in compiled]
+        for (ri, qi, u), z in zip(where, logits):
+            node_logits[ri][qi][u] = z
+        return [[Readout(q, tries[ri][qi], node_logits[ri][qi]) for qi, q in enumerate(comp.questions)]
+                for ri, comp in enumerate(compiled)]
+
+    def _content_free(self, requests: Sequence[DecisionRequest], mode: LabelMode
+                      ) -> list[dict[str, np.ndarray] | None]:
+        """Content-free probabilities for contextual calibration (only when the file asks for it)."""
+        cal = self.calibration
+        if cal is None or not any(c.contextual for c in cal.per_type.values()):
+            return [None] * len(requests)
+        out: list[dict[str, np.ndarray] | None] = []
+        for req in requests:
+            wanted = {n: q for n, q in req.questions.items() if cal.for_type(q.type).contextual}
+            if not wanted:
+                out.append(None)
+                continue
+            cf_req = DecisionRequest(model=req.model, state=cal.content_free_state or "", questions=wanted)
+            out.append(self.probabilities(cf_req, label_mode=mode))
+        return out
+
+    def _answer(self, r: Readout, content_free: np.ndarray | None) -> Answer:
+        q = r.question
+        p = r.probabilities()
+        applied = None
+        if self.calibration is not None:
+            tc = self.calibration.for_type(q.type)
+            if tc.temperature != 1.0 or tc.contextual:
+                p = calibrate(p, tc.temperature, content_free if tc.contextual else None)
+                applied = (f"{self.calibration.model}@v{self.calibration.version}: T={tc.temperature:g}"
+                           + (", contextual" if tc.contextual else ""))
+        if q.type == "noul":
+            return NoulAnswer(noul=float(p[0]), calibration=applied)
+        if q.type == "choice":
+            a = reducers.reduce_choice(p, list(q.options), self.confidence_kind)
+            return ChoiceAnswer(choice=a.option, confidence=a.confidence,
+                                probabilities=a.probabilities, calibration=applied)
+        s = reducers.reduce_score(p, list(q.options), self.confidence_kind)
+        return ScoreAnswer(score=s.score, confidence=s.confidence, legend=q.legend,
+                           probabilities=s.probabilities, calibration=applied)
+
+
+__all__ = ["Decider", "Readout", "parse_request"]
