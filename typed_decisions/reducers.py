@@ -1,0 +1,202 @@
+"""Reducers: from option probabilities to typed answers (choice, score, noul).
+
+`readout.py` ends with a probability vector p over the listed options (sum 1, float64). This file
+turns it into the answer a client sees; it is the one place where the wire format is written on the
+way out. Pure functions, numpy only.
+
+    choice   option  = options[argmax_i p_i]  (ties -> the first listed),  probabilities, confidence
+    score    score   = sum_i i * p_i  over levels indexed 0..k-1,  probabilities {"0": p_0, ...},
+             legend  = {"0": level_0, ...},  confidence
+    noul     p_yes   = p_0 with options ordered (yes, no)
+
+Confidence, k = number of options, p* = max_i p_i (three formulas, one default):
+
+    "typesafe"  (k p* - 1) / (k - 1)            k = 1 -> 1.0
+                Source: TypeSafe's published formula, the one the hosted System One API returns.
+                It is the max probability rescaled so that uniform -> 0 and certain -> 1.
+    "bonsai"    p* * prod_{i != *} (1 - p_i)
+                Source: Bonsai-Llama-Jev's System One task (SYSTEMONE.md). The probability that
+                the winner is "on" and every other option "off" if each were an independent coin.
+    "entropy"   1 - H(p) / ln k,  H(p) = -sum_i p_i ln p_i (0 ln 0 = 0),   k = 1 -> 1.0
+                Source: normalized Shannon entropy, the textbook uncertainty measure; uses the
+                whole distribution, not only the winner.
+
+The default is "typesafe": it is what the hosted System One API publishes, so a client that moves
+between the hosted API and this runtime reads the same number with the same meaning. It is also
+affine in p*, so it ranks answers exactly as p* does.
+
+Worked example (the paper's): logits [2.1, 0.9, -0.1] -> p = [0.7082, 0.2133, 0.0785];
+bonsai = 0.7082 * 0.7867 * 0.9215 = 0.5134; typesafe = (3 * 0.7082 - 1) / 2 = 0.5623.
+Score example: p = [0, 0.57, 0.43] over levels 0..2 -> 0 * 0 + 1 * 0.57 + 2 * 0.43 = 1.43.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "ConfidenceKind",
+    "DEFAULT_CONFIDENCE",
+    "confidence",
+    "ChoiceAnswer",
+    "ScoreAnswer",
+    "NoulAnswer",
+    "reduce_choice",
+    "reduce_score",
+    "reduce_noul",
+]
+
+ConfidenceKind = Literal["typesafe", "bonsai", "entropy"]
+DEFAULT_CONFIDENCE: ConfidenceKind = "typesafe"
+_PROB_TOL = 1e-6  # how far from 1 a probability vector may sum before we call it a bug
+
+
+def _as_probs(probs: ArrayLike) -> np.ndarray:
+    """Validate a probability vector: 1-D, non-empty, finite, >= 0, sums to 1 (within 1e-6)."""
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"probabilities must be a non-empty 1-D array, got shape {p.shape}")
+    if not np.isfinite(p).all() or (p < 0).any():
+        raise ValueError(f"probabilities must be finite and >= 0, got {p.tolist()}")
+    if abs(p.sum() - 1.0) > _PROB_TOL:
+        raise ValueError(f"probabilities must sum to 1, got sum {p.sum()!r}")
+    return p
+
+
+# -----------------------------------------------------------------------------
+# confidence
+
+
+def _typesafe(p: np.ndarray) -> float:
+    k = p.size
+    return 1.0 if k == 1 else float((k * p.max() - 1.0) / (k - 1))
+
+
+def _bonsai(p: np.ndarray) -> float:
+    s = int(np.argmax(p))
+    others = np.delete(p, s)  # (k-1,)
+    return float(p[s] * np.prod(1.0 - others))
+
+
+def _entropy(p: np.ndarray) -> float:
+    k = p.size
+    if k == 1:
+        return 1.0
+    nz = p[p > 0]
+    h = float(-(nz * np.log(nz)).sum())  # 0 ln 0 = 0
+    return 1.0 - h / np.log(k)
+
+
+_CONFIDENCE = {"typesafe": _typesafe, "bonsai": _bonsai, "entropy": _entropy}
+
+
+def confidence(probs: ArrayLike, kind: ConfidenceKind = DEFAULT_CONFIDENCE) -> float:
+    """One number in [0, 1] saying how decided the distribution is (formulas in the module docstring).
+
+    >>> p = [0.7082, 0.2133, 0.0785]
+    >>> round(confidence(p, "typesafe"), 4), round(confidence(p, "bonsai"), 4), round(confidence(p, "entropy"), 4)
+    (0.5623, 0.5134, 0.2958)
+    """
+    if kind not in _CONFIDENCE:
+        raise ValueError(f"confidence must be one of {sorted(_CONFIDENCE)}, got {kind!r}")
+    c = _CONFIDENCE[kind](_as_probs(probs))
+    return float(min(1.0, max(0.0, c)))  # clip rounding noise such as -1e-17
+
+
+# -----------------------------------------------------------------------------
+# answers
+
+
+@dataclass(frozen=True)
+class ChoiceAnswer:
+    option: str
+    probabilities: dict[str, float]
+    confidence: float
+
+    def to_dict(self) -> dict:
+        return {"option": self.option, "probabilities": dict(self.probabilities), "confidence": self.confidence}
+
+
+@dataclass(frozen=True)
+class ScoreAnswer:
+    score: float
+    probabilities: dict[str, float]
+    legend: dict[str, str]
+    confidence: float
+
+    def to_dict(self) -> dict:
+        return {
+            "score": self.score,
+            "probabilities": dict(self.probabilities),
+            "legend": dict(self.legend),
+            "confidence": self.confidence,
+        }
+
+
+@dataclass(frozen=True)
+class NoulAnswer:
+    p_yes: float
+    confidence: float
+
+    def to_dict(self) -> dict:
+        return {"p_yes": self.p_yes, "confidence": self.confidence}
+
+
+def reduce_choice(
+    probs: ArrayLike, options: Sequence[str], confidence_kind: ConfidenceKind = DEFAULT_CONFIDENCE
+) -> ChoiceAnswer:
+    """option = options[argmax p] (np.argmax returns the first of tied maxima = first listed).
+
+    >>> a = reduce_choice([0.25, 0.5, 0.25], ["billing", "tech", "sales"])
+    >>> a.option, a.probabilities["tech"], a.confidence
+    ('tech', 0.5, 0.25)
+    """
+    p = _as_probs(probs)
+    if len(options) != p.size:
+        raise ValueError(f"got {p.size} probabilities for {len(options)} options")
+    if len(set(options)) != len(options):
+        raise ValueError(f"option names must be distinct, got {list(options)}")
+    return ChoiceAnswer(
+        option=options[int(np.argmax(p))],
+        probabilities={o: float(x) for o, x in zip(options, p)},
+        confidence=confidence(p, confidence_kind),
+    )
+
+
+def reduce_score(
+    probs: ArrayLike, levels: Sequence[str], confidence_kind: ConfidenceKind = DEFAULT_CONFIDENCE
+) -> ScoreAnswer:
+    """score = sum_i i * p_i with levels indexed 0..k-1; probabilities and legend keyed "0".."k-1".
+
+    >>> a = reduce_score([0.0, 0.57, 0.43], ["low", "medium", "high"])
+    >>> round(a.score, 2), a.legend["2"], a.probabilities["1"]
+    (1.43, 'high', 0.57)
+    """
+    p = _as_probs(probs)
+    if len(levels) != p.size:
+        raise ValueError(f"got {p.size} probabilities for {len(levels)} levels")
+    idx = np.arange(p.size, dtype=np.float64)  # (k,) level values 0..k-1
+    return ScoreAnswer(
+        score=float(idx @ p),
+        probabilities={str(i): float(x) for i, x in enumerate(p)},
+        legend={str(i): str(level) for i, level in enumerate(levels)},
+        confidence=confidence(p, confidence_kind),
+    )
+
+
+def reduce_noul(probs: ArrayLike, confidence_kind: ConfidenceKind = DEFAULT_CONFIDENCE) -> NoulAnswer:
+    """p_yes = p[0], options ordered (yes, no). Confidence over k = 2 (typesafe: |2 p_yes - 1|).
+
+    >>> a = reduce_noul([0.8, 0.2])
+    >>> a.p_yes, round(a.confidence, 6)
+    (0.8, 0.6)
+    """
+    p = _as_probs(probs)
+    if p.size != 2:
+        raise ValueError(f"a noul question has 2 options (yes, no), got {p.size} probabilities")
+    return NoulAnswer(p_yes=float(p[0]), confidence=confidence(p, confidence_kind))
