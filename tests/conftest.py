@@ -58,3 +58,17 @@ def tiny_decider(tiny_model_dir):
     from typed_decisions.decider import Decider
 
     return Decider.from_dir(tiny_model_dir, threads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_torch(tiny_gguf):
+    """The same tiny GGUF in PyTorch (transformers, fp32): the independent oracle for the engine."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name,
+                                                 dtype=torch.float32)
+    return model.eval()

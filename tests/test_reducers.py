@@ -31,7 +31,7 @@ def test_paper_worked_example():
     # typesafe by hand: (3 * 0.708225 - 1) / 2
     assert confidence(p, "typesafe") == pytest.approx((3 * p.max() - 1) / 2, rel=1e-15)
     a = reduce_choice(p, ["billing", "tech", "sales"], confidence_kind="bonsai")
-    assert a.option == "billing" and round(a.confidence, 4) == 0.5134
+    assert a.choice == "billing" and round(a.confidence, 4) == 0.5134
 
 
 def test_paper_score_example():
@@ -39,14 +39,14 @@ def test_paper_score_example():
     assert a.score == pytest.approx(1.43, abs=1e-12)
     assert a.legend == {"0": "low", "1": "medium", "2": "high"}
     assert a.probabilities == {"0": 0.0, "1": 0.57, "2": 0.43}
-    assert a.to_dict()["score"] == a.score
+    assert a.model_dump()["score"] == a.score
 
 
 def test_choice_ties_go_to_first_listed():
     a = reduce_choice([0.4, 0.2, 0.4], ["x", "y", "z"])
-    assert a.option == "x"
+    assert a.choice == "x"
     assert a.probabilities == {"x": 0.4, "y": 0.2, "z": 0.4}
-    assert reduce_choice([0.2, 0.4, 0.4], ["x", "y", "z"]).option == "y"
+    assert reduce_choice([0.2, 0.4, 0.4], ["x", "y", "z"]).choice == "y"
 
 
 @pytest.mark.parametrize(
@@ -86,8 +86,8 @@ def test_confidence_in_unit_interval_and_typesafe_ranks_like_pmax():
 
 def test_noul():
     a = reduce_noul([0.8, 0.2])
-    assert a.p_yes == 0.8 and a.confidence == pytest.approx(0.6)
-    assert reduce_noul([0.3, 0.7]).to_dict() == {"p_yes": 0.3, "confidence": pytest.approx(0.4)}
+    assert a.noul == 0.8
+    assert reduce_noul([0.3, 0.7]).model_dump() == {"type": "noul", "noul": 0.3}
     with pytest.raises(ValueError, match="2 options"):
         reduce_noul([0.2, 0.3, 0.5])
 

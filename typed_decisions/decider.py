@@ -29,8 +29,7 @@ from .engine import Engine
 from .errors import InvalidRequestError
 from .readout import LabelTrie, option_probabilities
 from .reducers import ConfidenceKind
-from .schema import (Answer, ChoiceAnswer, Content, DecisionRequest, DecisionResponse, NoulAnswer,
-                     Question, ScoreAnswer, Usage)
+from .schema import Answer, Content, DecisionRequest, DecisionResponse, Question, Usage
 from .tokenization import ChatTemplate, TextTokenizer
 
 
@@ -226,14 +225,13 @@ class Decider:
                 applied = (f"{self.calibration.model}@v{self.calibration.version}: T={tc.temperature:g}"
                            + (", contextual" if tc.contextual else ""))
         if q.type == "noul":
-            return NoulAnswer(noul=float(p[0]), calibration=applied)
-        if q.type == "choice":
-            a = reducers.reduce_choice(p, list(q.options), self.confidence_kind)
-            return ChoiceAnswer(choice=a.option, confidence=a.confidence,
-                                probabilities=a.probabilities, calibration=applied)
-        s = reducers.reduce_score(p, list(q.options), self.confidence_kind)
-        return ScoreAnswer(score=s.score, confidence=s.confidence, legend=q.legend,
-                           probabilities=s.probabilities, calibration=applied)
+            answer: Answer = reducers.reduce_noul(p)
+        elif q.type == "choice":
+            answer = reducers.reduce_choice(p, list(q.options), self.confidence_kind)
+        else:
+            answer = reducers.reduce_score(p, [q.legend[k] for k in q.options], self.confidence_kind)
+        answer.calibration = applied
+        return answer
 
 
 __all__ = ["Decider", "Readout", "parse_request"]

@@ -33,11 +33,12 @@ Score example: p = [0, 0.57, 0.43] over levels 0..2 -> 0 * 0 + 1 * 0.57 + 2 * 0.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from .schema import ChoiceAnswer, Content, NoulAnswer, ScoreAnswer
 
 __all__ = [
     "ConfidenceKind",
@@ -109,42 +110,7 @@ def confidence(probs: ArrayLike, kind: ConfidenceKind = DEFAULT_CONFIDENCE) -> f
 
 
 # -----------------------------------------------------------------------------
-# answers
-
-
-@dataclass(frozen=True)
-class ChoiceAnswer:
-    option: str
-    probabilities: dict[str, float]
-    confidence: float
-
-    def to_dict(self) -> dict:
-        return {"option": self.option, "probabilities": dict(self.probabilities), "confidence": self.confidence}
-
-
-@dataclass(frozen=True)
-class ScoreAnswer:
-    score: float
-    probabilities: dict[str, float]
-    legend: dict[str, str]
-    confidence: float
-
-    def to_dict(self) -> dict:
-        return {
-            "score": self.score,
-            "probabilities": dict(self.probabilities),
-            "legend": dict(self.legend),
-            "confidence": self.confidence,
-        }
-
-
-@dataclass(frozen=True)
-class NoulAnswer:
-    p_yes: float
-    confidence: float
-
-    def to_dict(self) -> dict:
-        return {"p_yes": self.p_yes, "confidence": self.confidence}
+# answers: the wire models of schema.py, written here and nowhere else
 
 
 def reduce_choice(
@@ -153,7 +119,7 @@ def reduce_choice(
     """option = options[argmax p] (np.argmax returns the first of tied maxima = first listed).
 
     >>> a = reduce_choice([0.25, 0.5, 0.25], ["billing", "tech", "sales"])
-    >>> a.option, a.probabilities["tech"], a.confidence
+    >>> a.choice, a.probabilities["tech"], a.confidence
     ('tech', 0.5, 0.25)
     """
     p = _as_probs(probs)
@@ -162,14 +128,14 @@ def reduce_choice(
     if len(set(options)) != len(options):
         raise ValueError(f"option names must be distinct, got {list(options)}")
     return ChoiceAnswer(
-        option=options[int(np.argmax(p))],
+        choice=options[int(np.argmax(p))],
         probabilities={o: float(x) for o, x in zip(options, p)},
         confidence=confidence(p, confidence_kind),
     )
 
 
 def reduce_score(
-    probs: ArrayLike, levels: Sequence[str], confidence_kind: ConfidenceKind = DEFAULT_CONFIDENCE
+    probs: ArrayLike, levels: Sequence[Content], confidence_kind: ConfidenceKind = DEFAULT_CONFIDENCE
 ) -> ScoreAnswer:
     """score = sum_i i * p_i with levels indexed 0..k-1; probabilities and legend keyed "0".."k-1".
 
@@ -184,19 +150,18 @@ def reduce_score(
     return ScoreAnswer(
         score=float(idx @ p),
         probabilities={str(i): float(x) for i, x in enumerate(p)},
-        legend={str(i): str(level) for i, level in enumerate(levels)},
+        legend={str(i): level for i, level in enumerate(levels)},
         confidence=confidence(p, confidence_kind),
     )
 
 
-def reduce_noul(probs: ArrayLike, confidence_kind: ConfidenceKind = DEFAULT_CONFIDENCE) -> NoulAnswer:
-    """p_yes = p[0], options ordered (yes, no). Confidence over k = 2 (typesafe: |2 p_yes - 1|).
+def reduce_noul(probs: ArrayLike) -> NoulAnswer:
+    """noul = p[0], options ordered (yes, no). No confidence: the wire answer carries none.
 
-    >>> a = reduce_noul([0.8, 0.2])
-    >>> a.p_yes, round(a.confidence, 6)
-    (0.8, 0.6)
+    >>> reduce_noul([0.8, 0.2]).noul
+    0.8
     """
     p = _as_probs(probs)
     if p.size != 2:
         raise ValueError(f"a noul question has 2 options (yes, no), got {p.size} probabilities")
-    return NoulAnswer(p_yes=float(p[0]), confidence=confidence(p, confidence_kind))
+    return NoulAnswer(noul=float(p[0]))
