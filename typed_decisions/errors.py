@@ -56,9 +56,46 @@ class ModelDownloadError(TypedDecisionsError):
     """Fetching a catalogue model's wheels failed (pip exited non-zero or left no wheel)."""
 
 
+# -- refusals of the HTTP server (typed_decisions.server); the engine never raises these
+
+
+class BadBodyError(TypedDecisionsError):
+    """The request body cannot be decoded (corrupt or truncated gzip/zstd) (HTTP 400)."""
+
+
+class AuthenticationError(TypedDecisionsError):
+    """No API key, or one the server does not know (HTTP 401)."""
+
+
+class BodyTooLargeError(TypedDecisionsError):
+    """The request body, compressed or decompressed, exceeds the server's limit (HTTP 413)."""
+
+
+class UnsupportedEncodingError(TypedDecisionsError):
+    """A ``Content-Encoding`` other than zstd, gzip or identity (HTTP 415)."""
+
+
+class ServerBusyError(TypedDecisionsError):
+    """The request queue is full; retry after ``retry_after_s`` seconds (HTTP 429)."""
+
+    def __init__(self, msg: str, retry_after_s: float = 1.0):
+        super().__init__(msg)
+        self.retry_after_s = retry_after_s
+
+
+class UnavailableError(ServerBusyError):
+    """The server is loading its model or shutting down; retry elsewhere or later (HTTP 503)."""
+
+
 HTTP_STATUS: dict[type[TypedDecisionsError], int] = {
     InvalidRequestError: 422,
     ModelNotFoundError: 404,
+    BadBodyError: 400,
+    AuthenticationError: 401,
+    BodyTooLargeError: 413,
+    UnsupportedEncodingError: 415,
+    UnavailableError: 503,
+    ServerBusyError: 429,
     ArtifactError: 500,
     EngineError: 500,
     TypedDecisionsError: 500,
@@ -74,7 +111,8 @@ def http_status(error: TypedDecisionsError) -> int:
 
 
 __all__ = [
-    "ArtifactError", "ContextTooLongError", "EngineError", "HTTP_STATUS", "InvalidRequestError",
-    "Loc", "ModelDownloadError", "ModelIntegrityError", "ModelNotFoundError", "TokenizerBoundaryError",
-    "TypedDecisionsError", "http_status",
+    "ArtifactError", "AuthenticationError", "BadBodyError", "BodyTooLargeError", "ContextTooLongError",
+    "EngineError", "HTTP_STATUS", "InvalidRequestError", "Loc", "ModelDownloadError",
+    "ModelIntegrityError", "ModelNotFoundError", "ServerBusyError", "TokenizerBoundaryError",
+    "TypedDecisionsError", "UnavailableError", "UnsupportedEncodingError", "http_status",
 ]
