@@ -1,0 +1,160 @@
+"""`export_model`: source -> checked export directory, in the order that keeps failures harmless.
+
+load (transformers, float32) -> tokenizer files -> lm_head.npy -> model.onnx (+ .data) ->
+self-check against PyTorch -> manifest.json last -> optionally INT8 (quantize.py), which re-checks
+drift and rewrites the manifest. A directory without manifest.json is unfinished and unusable.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ExportError, SelfCheckError
+from .loading import load_source
+from .manifest import (
+    FORMAT_VERSION,
+    LM_HEAD_FILE,
+    MANIFEST_FILE,
+    architecture,
+    file_hashes,
+    lm_head_weight,
+    package_versions,
+    write_manifest,
+)
+from .onnx_export import export_backbone
+from .selfcheck import run_self_check
+from .tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE, write_tokenizer_files
+
+ONNX_FILE = "model.onnx"
+INT8_ONNX_FILE = "model.int8.onnx"
+SELF_CHECK_FAILURE_FILE = "self_check.failed.json"
+# Everything an export may write: an existing directory holding only these can be re-exported into.
+KNOWN_FILES = {
+    MANIFEST_FILE,
+    MANIFEST_FILE + ".tmp",
+    ONNX_FILE,
+    ONNX_FILE + ".data",
+    INT8_ONNX_FILE,
+    INT8_ONNX_FILE + ".data",
+    LM_HEAD_FILE,
+    TOKENIZER_FILE,
+    CHAT_TEMPLATE_FILE,
+    SELF_CHECK_FAILURE_FILE,
+}
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far (Linux reports ru_maxrss in KiB, macOS in bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def make_logger(progress: bool):
+    """A `log(message)` that prints timestamped lines to stderr, or does nothing."""
+    start = time.perf_counter()
+
+    def log(message: str) -> None:
+        if progress:
+            print(f"[typed-decisions-export {time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def prepare_out_dir(out_dir: Path) -> None:
+    """Create out_dir, or clear a previous export in it; refuse a folder holding anything else.
+
+    The manifest goes first, so that an interrupted re-export never looks finished.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in KNOWN_FILES)
+    if foreign:
+        raise ExportError(f"{out_dir} holds files that are not part of an export ({', '.join(foreign[:5])}); choose an empty --out")
+    (out_dir / MANIFEST_FILE).unlink(missing_ok=True)
+    for name in KNOWN_FILES:
+        (out_dir / name).unlink(missing_ok=True)
+
+
+def export_model(
+    source: str | Path,
+    out_dir: Path,
+    *,
+    quantize: str | None = None,
+    name: str | None = None,
+    opset: int = 18,
+    progress: bool = True,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Export `source` (HF folder, .gguf file or catalogue name) to `out_dir`; returns the manifest.
+
+    Raises SelfCheckError (no manifest written) when ONNX Runtime disagrees with PyTorch, and
+    QuantizationError when `quantize="int8"` drifts beyond the threshold and `force` is False.
+    """
+    import json
+
+    import torch
+
+    if quantize not in (None, "int8"):
+        raise ExportError(f"quantize={quantize!r}: the only supported value is 'int8'")
+    if opset < 18:
+        raise ExportError(f"opset={opset}: the format needs opset >= 18")
+    out_dir = Path(out_dir)
+    log = make_logger(progress)
+    t0 = time.perf_counter()
+    prepare_out_dir(out_dir)
+
+    loaded = load_source(source, log=log)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    tokenizer_facts = write_tokenizer_files(tokenizer, out_dir)
+
+    lm_head = lm_head_weight(model)  # (V, H)
+    np.save(out_dir / LM_HEAD_FILE, lm_head)
+    log(f"wrote {LM_HEAD_FILE} {lm_head.shape}")
+    lm_shape = lm_head.shape
+    del lm_head
+
+    with torch.no_grad():
+        geometry = export_backbone(model, out_dir / ONNX_FILE, opset=opset, log=log)
+    arch = architecture(model.config, geometry, lm_shape)
+    with torch.no_grad():
+        check = run_self_check(model, tokenizer, out_dir, ONNX_FILE, arch, tokenizer_facts, log=log)
+    if not check["passed"]:
+        with open(out_dir / SELF_CHECK_FAILURE_FILE, "w", encoding="utf-8") as f:
+            json.dump(check, f, indent=2)
+        raise SelfCheckError(
+            f"self-check failed, {out_dir} has no manifest and is unusable: {'; '.join(check['failures'])} "
+            f"(details in {SELF_CHECK_FAILURE_FILE})"
+        )
+    source_info, default_name = loaded.source, loaded.default_name
+    del model, tokenizer, loaded  # free the float32 weights before quantization loads the graph
+
+    manifest: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "name": name or default_name,
+        "architecture": arch,
+        "onnx_file": ONNX_FILE,
+        "dtype": "float32",
+        "opset": opset,
+        "quantization": None,
+        "lm_head": {"file": LM_HEAD_FILE, "dtype": "float32", "shape": list(lm_shape)},
+        "tokenizer": tokenizer_facts,
+        "source": source_info,
+        "versions": package_versions(),
+        "export": {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes()},
+        "self_check": check,
+        "files": file_hashes(out_dir),
+    }
+    write_manifest(out_dir, manifest)
+    log(f"wrote {MANIFEST_FILE}: {out_dir} is a usable float32 export")
+    if quantize == "int8":
+        from .quantize import quantize_export
+
+        manifest = quantize_export(out_dir, out_dir, force=force, progress=progress)
+        manifest["export"] = {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes()}
+        write_manifest(out_dir, manifest)
+    return manifest

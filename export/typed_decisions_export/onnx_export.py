@@ -1,0 +1,148 @@
+"""The backbone graph: a flat-cache wrapper around the base model, exported with torch.onnx (dynamo).
+
+The graph takes `input_ids, attention_mask, position_ids, past_key_values.{i}.key/.value` and
+returns `last_hidden_state, present.{i}.key/.value` (docs/FORMAT.md). One graph serves both the
+prefill (empty past, past_seq = 0) and cached suffix steps. The LM head is left out: the runtime
+multiplies the last hidden state by a handful of LM-head rows, never by the whole vocabulary.
+
+Every layer's cache is a plain `DynamicLayer` (full), also for sliding-window layers: a
+`DynamicSlidingWindowLayer` would truncate the past to the window, and then the `present.*` of
+different layers would have different lengths. Sliding layers are masked by transformers' sliding
+mask instead, so the model computes the same thing and every `present.*` has past_seq + seq rows.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import ExportError
+
+# Example sizes for tracing. Distinct and >= 2 so that dynamo neither specialises a dynamic dim to
+# 0/1 nor unifies two dims that happen to share a value. Run-time sizes are free (past may be 0).
+_EXAMPLE_BATCH, _EXAMPLE_SEQ, _EXAMPLE_PAST = 2, 3, 5
+
+
+def base_model(model: Any) -> Any:
+    """The decoder stack without the LM head (`model.model` for Llama-like models)."""
+    base = getattr(model, "model", None)
+    if base is None:
+        base = model.get_decoder()
+    return base
+
+
+def input_names(num_layers: int) -> list[str]:
+    """['input_ids', 'attention_mask', 'position_ids', 'past_key_values.0.key', ...]"""
+    past = [f"past_key_values.{i}.{kv}" for i in range(num_layers) for kv in ("key", "value")]
+    return ["input_ids", "attention_mask", "position_ids", *past]
+
+
+def output_names(num_layers: int) -> list[str]:
+    """['last_hidden_state', 'present.0.key', 'present.0.value', ...]"""
+    return ["last_hidden_state", *(f"present.{i}.{kv}" for i in range(num_layers) for kv in ("key", "value"))]
+
+
+def cache_geometry(model: Any) -> tuple[int, int, int]:
+    """(num_layers, num_kv_heads, head_dim), read from a 2-token forward rather than the config.
+
+    Configs spell these differently (head_dim absent, num_key_value_heads absent for MHA models);
+    the cache the model actually builds is the ground truth for the ONNX past inputs.
+    """
+    import torch
+
+    with torch.no_grad():
+        out = base_model(model)(input_ids=torch.tensor([[1, 2]]), use_cache=True)
+    cache = _output_cache(out)
+    keys = [layer.keys for layer in cache.layers]
+    if any(k is None or k.ndim != 4 for k in keys):
+        raise ExportError("the model's cache is not one (batch, kv_heads, seq, head_dim) tensor per layer")
+    return len(keys), int(keys[0].shape[1]), int(keys[0].shape[3])
+
+
+def _output_cache(out: Any) -> Any:
+    # transformers 5.2x renamed `past_key_values` to `cache` on outputs and forward arguments.
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def flat_cache_backbone(model: Any, num_layers: int) -> Any:
+    """The torch module that the exporter traces (defined here so that torch is imported lazily)."""
+    import torch
+    from transformers import DynamicCache
+
+    base = base_model(model)
+    cache_kw = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+    class FlatCacheBackbone(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.base = base
+
+        def forward(self, input_ids, attention_mask, position_ids, flat_past):
+            # No config given to DynamicCache: every layer is a full DynamicLayer (see module doc).
+            pairs = [(flat_past[2 * i], flat_past[2 * i + 1]) for i in range(num_layers)]
+            cache = DynamicCache(ddp_cache_data=pairs)
+            out = self.base(
+                input_ids=input_ids,  # (B, T)
+                attention_mask=attention_mask,  # (B, P + T)
+                position_ids=position_ids,  # (B, T)
+                use_cache=True,
+                **{cache_kw: cache},
+            )
+            present = []
+            for layer in _output_cache(out).layers:
+                present += [layer.keys, layer.values]  # each (B, kv_heads, P + T, head_dim)
+            return (out.last_hidden_state, *present)  # (B, T, hidden), ...
+
+    return FlatCacheBackbone().eval()
+
+
+def example_inputs(num_layers: int, num_kv_heads: int, head_dim: int) -> tuple:
+    """Tracing inputs: (input_ids, attention_mask, position_ids, flat_past) with example sizes."""
+    import torch
+
+    b, t, p = _EXAMPLE_BATCH, _EXAMPLE_SEQ, _EXAMPLE_PAST
+    input_ids = torch.randint(3, 100, (b, t))  # (B, T)
+    attention_mask = torch.ones(b, p + t, dtype=torch.int64)  # (B, P + T)
+    position_ids = torch.arange(p, p + t).expand(b, t).contiguous()  # (B, T)
+    flat_past = tuple(torch.randn(b, num_kv_heads, p, head_dim) for _ in range(2 * num_layers))
+    return input_ids, attention_mask, position_ids, flat_past
+
+
+def export_backbone(model: Any, onnx_path: Path, *, opset: int = 18, log=print) -> dict[str, Any]:
+    """Export the backbone to `onnx_path` (+ `<name>.data` external weights); returns cache facts."""
+    import torch
+
+    num_layers, num_kv_heads, head_dim = cache_geometry(model)
+    module = flat_cache_backbone(model, num_layers)
+    args = example_inputs(num_layers, num_kv_heads, head_dim)
+    dynamic_shapes = (
+        {0: "batch", 1: "sequence"},
+        {0: "batch", 1: "total_sequence"},
+        {0: "batch", 1: "sequence"},
+        tuple({0: "batch", 2: "past_sequence"} for _ in range(2 * num_layers)),
+    )
+    log(f"exporting backbone: {num_layers} layers, {num_kv_heads} KV heads, head_dim {head_dim}, opset {opset} ...")
+    t0 = time.perf_counter()
+    onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        torch.onnx.export(
+            module,
+            args,
+            str(onnx_path),
+            input_names=input_names(num_layers),
+            output_names=output_names(num_layers),
+            dynamic_shapes=dynamic_shapes,
+            opset_version=opset,
+            dynamo=True,
+            external_data=True,
+            optimize=True,
+            verbose=False,
+        )
+    data_path = onnx_path.with_name(onnx_path.name + ".data")
+    if not data_path.is_file():
+        raise ExportError(f"the exporter wrote no external-data file {data_path.name}")
+    log(f"exported backbone in {time.perf_counter() - t0:.1f} s")
+    return {"num_layers": num_layers, "num_kv_heads": num_kv_heads, "head_dim": head_dim}

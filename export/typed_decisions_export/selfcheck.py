@@ -1,0 +1,205 @@
+"""The self-check: the exported directory must reproduce PyTorch before it gets a manifest.
+
+Reference (oracle): transformers itself, one unpadded sequence at a time, no cache: the base model's
+`last_hidden_state` at the last position, and the full model's logits (its own LM head, logit scale
+and soft-cap) at the candidate tokens. Checked against ONNX Runtime on the exported files, driven
+the way the runtime drives them:
+
+- `prefill`: each prompt alone, from an empty past (past_seq = 0);
+- `left_padded_batch`: the 3 prompts in one left-padded batch;
+- `cached_step_1`, `cached_step_3`: prefill all but the last k tokens, then feed `present` back as
+  the past for the last k tokens (positions continuing);
+- `right_padded_suffixes`: one common past (a prompt), then 3 suffixes of lengths 1, 3, 5 in one
+  right-padded batch on that past, each row read at its own last real position;
+- `tokenizer`: tokenizer.json (Rust `tokenizers`) gives the same ids as the transformers tokenizer.
+
+Errors are scale-aware: `max|ort - ref| / max(1, max|ref|)` over the row (hidden state, or the
+candidate logits), plus the absolute difference of the softmax restricted to the candidates. Real
+models carry activations in the tens (outlier channels), and float32 sums done in a different
+order by ONNX Runtime and PyTorch differ in proportion to those magnitudes, so a fixed absolute
+tolerance would either fail big models or say nothing on small ones. For |ref| <= 1 the bound is
+absolute. 1e-4 is about 1000 float32 ulps at the row's scale: far above reorder noise, far below
+any real bug (a wrong mask or position moves values by O(1)).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .ort_backbone import OrtBackbone, candidate_logits, left_padded, restricted_softmax
+from .tokenizer_files import TOKENIZER_FILE, candidate_ids, encode_prompt, render_chat
+
+TOLERANCES = {
+    "hidden_rel": 1e-4,  # max|ort - torch| / max(1, max|torch|), last position's hidden state
+    "logits_rel": 1e-4,  # the same on the candidate tokens' logits
+    "prob_abs": 1e-4,  # max |p_ort - p_torch| of the softmax restricted to the candidates
+    "tokenizer_mismatches": 0,  # texts on which tokenizer.json and transformers disagree
+}
+
+SYSTEM = "You are a careful assistant. Answer with the letter of one option."
+QUESTIONS = [
+    "Is a whale a fish? A) yes B) no",
+    "Which is larger, 7 or 12? A) 7 B) 12 C) they are equal",
+    "The build failed with 'undefined reference to main'. What is most likely wrong? "
+    "A) a missing main function B) a network outage C) a full disk D) a typo in the README",
+]
+SUFFIX_TEXTS = ["B", "The answer is B", "I think the right option is C because"]
+TOKENIZER_EXTRAS = ["  leading spaces", "tabs\tand\nnewlines", "digits 1234567 and 3.14", "naïve café — ünïcödé 日本語 🙂"]
+CANDIDATE_TEXTS = ["A", "B", "C", " yes", " no"]
+
+
+def _errors(ort_h: np.ndarray, ort_l: np.ndarray, ref_h: np.ndarray, ref_l: np.ndarray) -> dict[str, float]:
+    """Scale-aware errors between ORT and the reference for one row (hidden (H,), logits (K,))."""
+    hidden_abs = float(np.max(np.abs(ort_h - ref_h)))
+    logits_abs = float(np.max(np.abs(ort_l - ref_l)))
+    prob = restricted_softmax(ort_l[None]) - restricted_softmax(ref_l[None])
+    return {
+        "hidden_rel": hidden_abs / max(1.0, float(np.max(np.abs(ref_h)))),
+        "logits_rel": logits_abs / max(1.0, float(np.max(np.abs(ref_l)))),
+        "prob_abs": float(np.max(np.abs(prob))),
+        "hidden_abs": hidden_abs,
+        "logits_abs": logits_abs,
+    }
+
+
+def _worst(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: max(r[k] for r in rows) for k in rows[0]} | {"rows": len(rows)}
+
+
+class _Reference:
+    """transformers on one unpadded sequence without cache, memoised by token ids."""
+
+    def __init__(self, model: Any, candidates: list[int]):
+        from .onnx_export import base_model
+
+        self.model, self.base, self.candidates = model, base_model(model), candidates
+        self._memo: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def __call__(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(hidden at the last position (H,), candidate logits from the model's own head (K,))."""
+        import torch
+
+        key = tuple(ids)
+        if key not in self._memo:
+            x = torch.tensor([ids])
+            with torch.no_grad():
+                hidden = self.base(input_ids=x, use_cache=False).last_hidden_state[0, -1]  # (H,)
+                logits = self.model(input_ids=x, use_cache=False).logits[0, -1]  # (V,)
+            self._memo[key] = (hidden.double().numpy(), logits[self.candidates].double().numpy())
+        return self._memo[key]
+
+
+def run_self_check(
+    model: Any,
+    tokenizer: Any,
+    out_dir: Path,
+    onnx_file: str,
+    architecture: dict[str, Any],
+    tokenizer_facts: dict[str, Any],
+    *,
+    log=print,
+) -> dict[str, Any]:
+    """Run every check; returns the manifest's `self_check` (the caller raises if not passed)."""
+    t0 = time.perf_counter()
+    ort = OrtBackbone(out_dir / onnx_file)
+    lm_head = np.load(out_dir / "lm_head.npy", mmap_mode="r")  # (V, H)
+    scale, cap = architecture["logit_scale"], architecture["final_logit_softcapping"]
+    add_bos = tokenizer_facts["add_bos_token"]
+    pad_id = tokenizer_facts["pad_token_id"] if tokenizer_facts["pad_token_id"] is not None else 0
+    cands = candidate_ids(tokenizer, CANDIDATE_TEXTS, fallback_vocab=lm_head.shape[0])
+    ref = _Reference(model, cands)
+
+    def readout(hidden_rows: np.ndarray) -> np.ndarray:  # (B, H) -> (B, K)
+        return candidate_logits(hidden_rows, lm_head, cands, logit_scale=scale, softcap=cap)
+
+    texts = [render_chat(tokenizer, q, SYSTEM) for q in QUESTIONS]
+    prompts = [encode_prompt(tokenizer, t, add_bos) for t in texts]
+    results: dict[str, Any] = {"candidates": cands, "prompt_lengths": [len(p) for p in prompts]}
+    log(f"self-check: {len(prompts)} prompts of {[len(p) for p in prompts]} tokens, candidates {cands}")
+
+    # prefill: each prompt alone from an empty past
+    rows = []
+    for ids in prompts:
+        hidden, _ = ort.prefill(ids)
+        h = hidden[0, -1].astype(np.float64)  # (H,)
+        rows.append(_errors(h, readout(h[None])[0], *ref(ids)))
+    results["prefill"] = _worst(rows)
+
+    # left-padded batch of the 3 prompts: every row ends at the last column
+    ids_b, mask_b, pos_b = left_padded(prompts, pad_id)
+    hidden, _ = ort.run(ids_b, mask_b, pos_b)
+    last = hidden[:, -1].astype(np.float64)  # (B, H)
+    logits = readout(last)
+    results["left_padded_batch"] = _worst([_errors(last[i], logits[i], *ref(p)) for i, p in enumerate(prompts)])
+
+    # cached suffix steps: prefix from an empty past, then k tokens on its present
+    for k in (1, 3):
+        rows = []
+        for ids in prompts:
+            head, tail = ids[:-k], ids[-k:]
+            _, present = ort.prefill(head)
+            n = len(head)
+            hidden, _ = ort.run(np.array([tail]), np.ones((1, n + k), np.int64), np.arange(n, n + k)[None], present)
+            h = hidden[0, -1].astype(np.float64)
+            rows.append(_errors(h, readout(h[None])[0], *ref(ids)))
+        results[f"cached_step_{k}"] = _worst(rows)
+
+    # right-padded suffixes of lengths 1, 3, 5 sharing one past (prompt 0)
+    common = prompts[0]
+    filler = prompts[1]
+    suffixes = [
+        (list(tokenizer(t, add_special_tokens=False).input_ids) + filler)[:n]
+        for t, n in zip(SUFFIX_TEXTS, (1, 3, 5))
+    ]
+    _, present = ort.prefill(common)
+    width, p = max(len(s) for s in suffixes), len(common)
+    ids_r = np.full((len(suffixes), width), pad_id, np.int64)
+    mask_r = np.zeros((len(suffixes), p + width), np.int64)
+    mask_r[:, :p] = 1
+    for i, s in enumerate(suffixes):
+        ids_r[i, : len(s)] = s
+        mask_r[i, p : p + len(s)] = 1
+    pos_r = np.broadcast_to(np.arange(p, p + width), ids_r.shape).copy()  # (B, T)
+    past_b = [np.repeat(t, len(suffixes), axis=0) for t in present]  # (B, kv, P, hd)
+    hidden, _ = ort.run(ids_r, mask_r, pos_r, past_b)
+    last = np.stack([hidden[i, len(s) - 1] for i, s in enumerate(suffixes)]).astype(np.float64)  # (B, H)
+    logits = readout(last)
+    results["right_padded_suffixes"] = _worst(
+        [_errors(last[i], logits[i], *ref(common + s)) for i, s in enumerate(suffixes)]
+    )
+
+    # tokenizer.json vs transformers on the prompts and some awkward text
+    from tokenizers import Tokenizer
+
+    rust = Tokenizer.from_file(str(out_dir / TOKENIZER_FILE))
+    probe_texts = texts + SUFFIX_TEXTS + TOKENIZER_EXTRAS
+    mismatches = [
+        t for t in probe_texts
+        if rust.encode(t, add_special_tokens=False).ids != list(tokenizer(t, add_special_tokens=False).input_ids)
+    ]
+    results["tokenizer"] = {"texts": len(probe_texts), "mismatches": len(mismatches)}
+
+    numeric = [results[k] for k in ("prefill", "left_padded_batch", "cached_step_1", "cached_step_3", "right_padded_suffixes")]
+    failures = [
+        f"{name}: {key} {r[key]:.3g} > {TOLERANCES[key]:.3g}"
+        for name, r in zip(("prefill", "left_padded_batch", "cached_step_1", "cached_step_3", "right_padded_suffixes"), numeric)
+        for key in ("hidden_rel", "logits_rel", "prob_abs")
+        if not r[key] <= TOLERANCES[key]  # `not <=` also catches NaN
+    ]
+    if len(mismatches) > TOLERANCES["tokenizer_mismatches"]:
+        failures.append(f"tokenizer: {len(mismatches)} texts tokenize differently, e.g. {mismatches[0]!r}")
+    seconds = time.perf_counter() - t0
+    log(f"self-check {'passed' if not failures else 'FAILED'} in {seconds:.1f} s")
+    return {
+        "passed": not failures,
+        "failures": failures,
+        "tolerances": dict(TOLERANCES),
+        "reference": "transformers, one unpadded sequence, no cache",
+        "graph": onnx_file,
+        "seconds": round(seconds, 2),
+        "results": results,
+    }
