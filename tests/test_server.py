@@ -1,0 +1,656 @@
+"""HTTP server (typed_decisions.server): status codes, bodies, batching, metrics, the real SDK.
+
+Two kinds of test, as the module's two dependencies suggest:
+- fast unit tests against ``FakeDecider`` (same interface as ``Decider``: ``name``, ``run_many``,
+  ``engine.stats``), for every status code and header the hosted API defines;
+- integration tests with the tiny real export (``tiny_decider``) and with typesafe-sdk 0.7.5 (sync
+  and async clients) against a live uvicorn on 127.0.0.1; micro-batched probabilities are compared
+  with one-by-one ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import hashlib
+import json
+import math
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+zstandard = pytest.importorskip("zstandard")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from typed_decisions.decider import parse_request  # noqa: E402
+from typed_decisions.errors import ContextTooLongError, TokenizerBoundaryError  # noqa: E402
+from typed_decisions.schema import (ChoiceAnswer, DecisionResponse, NoulAnswer,  # noqa: E402
+                                    ScoreAnswer, Usage)
+from typed_decisions.server import ServerSettings, create_app, load_api_keys, state_sha256  # noqa: E402
+from typed_decisions.server_batching import answer_each  # noqa: E402
+
+RID = "x-typesafe-request-id"
+
+REQUEST = {
+    "model": "jev-latest",
+    "state": "I was charged twice for my subscription this month. Please refund one payment.",
+    "questions": {
+        "team": {"type": "choice", "instructions": "Which team should handle this?",
+                 "criteria": {"billing": "Payments, refunds, invoices", "tech": "Bugs, outages"}},
+        "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+        "severity": {"type": "score", "instructions": "How severe is it?",
+                     "criteria": ["low", "medium", "high"]},
+    },
+}
+
+
+def _request(state: str = REQUEST["state"], **changes: Any) -> dict[str, Any]:
+    return {**json.loads(json.dumps(REQUEST)), "state": state, **changes}
+
+
+# --------------------------------------------------------------------------- the fake decider
+
+
+@dataclass
+class _Stats:
+    tokens_computed: int = 0
+    tokens_logical: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+
+def _probs(*key: str, n: int) -> list[float]:
+    """Deterministic pseudo-probabilities from a hash (what a model would be, for the fake)."""
+    z = [int(hashlib.sha256("|".join(key + (str(i),)).encode()).hexdigest()[:6], 16) / 2**24 * 4
+         for i in range(n)]
+    e = [math.exp(v) for v in z]
+    return [v / sum(e) for v in e]
+
+
+class FakeDecider:
+    """``Decider``'s interface without a model. Options named ``<boundary>`` raise a tokenizer-
+    boundary error, states over 2000 characters a context error; ``gate`` holds the engine."""
+
+    name = "fake-model"
+
+    def __init__(self, delay: float = 0.0):
+        self.delay = delay
+        self.engine = SimpleNamespace(stats=_Stats())
+        self.calls: list[int] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.fail_with: Exception | None = None
+
+    def run_many(self, requests: list[Any]) -> list[DecisionResponse]:
+        parsed = [parse_request(r) for r in requests]
+        for r in parsed:  # "compile" first, as the real decider does
+            if isinstance(r.state, str) and len(r.state) > 2000:
+                raise ContextTooLongError("the prompt is too long", ("questions", next(iter(r.questions))))
+            for name, q in r.questions.items():
+                if q.type == "choice" and "<boundary>" in q.criteria:
+                    raise TokenizerBoundaryError("label '<boundary>' merges with the next token",
+                                                 ("questions", name, "criteria", "<boundary>"))
+        self.entered.set()
+        self.gate.wait(10)
+        if self.fail_with is not None:
+            raise self.fail_with
+        time.sleep(self.delay)
+        self.calls.append(len(parsed))
+        out = []
+        for r in parsed:
+            state = json.dumps(r.state)
+            answers: dict[str, Any] = {}
+            for name, q in r.questions.items():
+                if q.type == "noul":
+                    answers[name] = NoulAnswer(noul=_probs(state, name, n=2)[0])
+                elif q.type == "choice":
+                    opts = list(q.criteria)
+                    p = _probs(state, name, n=len(opts))
+                    best = max(range(len(p)), key=p.__getitem__)
+                    answers[name] = ChoiceAnswer(choice=opts[best], confidence=p[best],
+                                                 probabilities=dict(zip(opts, p)))
+                else:
+                    p = _probs(state, name, n=len(q.criteria))
+                    answers[name] = ScoreAnswer(
+                        score=sum(i * x for i, x in enumerate(p)), confidence=max(p),
+                        legend={str(i): c for i, c in enumerate(q.criteria)},
+                        probabilities={str(i): x for i, x in enumerate(p)})
+            tokens = len(state) // 4 * len(r.questions)
+            self.engine.stats.tokens_logical += tokens
+            self.engine.stats.tokens_computed += tokens // 2
+            self.engine.stats.cache_misses += 1
+            out.append(DecisionResponse(model=self.name, answers=answers,
+                                        usage=Usage(input_tokens=tokens, output_tokens=0)))
+        return out
+
+    def run(self, request: Any) -> DecisionResponse:
+        return self.run_many([request])[0]
+
+
+@contextlib.contextmanager
+def _client(decider: Any = None, **settings: Any) -> Iterator[TestClient]:
+    app = create_app(decider if decider is not None else FakeDecider(),
+                     settings=ServerSettings(**settings))
+    with TestClient(app) as client:
+        yield client
+
+
+def _detail(response: httpx.Response) -> list[dict[str, Any]]:
+    body = response.json()
+    assert set(body) == {"detail"} and isinstance(body["detail"], list), body
+    for item in body["detail"]:
+        assert set(item) == {"loc", "msg", "type"} and isinstance(item["msg"], str), item
+    assert "Traceback" not in response.text
+    return body["detail"]
+
+
+# --------------------------------------------------------------------------- plain routes
+
+
+def test_health_ready_models_and_request_ids():
+    with _client(aliases=["jev-latest", "house"], release_date="2026-01-31") as c:
+        assert c.get("/healthz").json() == {"status": "ok"}
+        ready = c.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["model"] == "fake-model"
+        models = c.get("/v1/models", headers={"Authorization": "Bearer anything"}).json()["models"]
+        assert [m["name"] for m in models] == ["fake-model", "jev-latest", "house"]
+        assert all(m["release_date"] == "2026-01-31" and m["description"] for m in models)
+        ids = {c.get(path).headers[RID] for path in ("/healthz", "/readyz", "/metrics", "/nope")}
+        assert len(ids) == 4 and all(i.startswith("req_") for i in ids)
+        missing = c.get("/nope")
+        assert missing.status_code == 404 and _detail(missing)
+
+
+def test_default_release_date_is_a_date_and_default_alias_is_jev_latest():
+    with _client() as c:
+        (first, alias) = c.get("/v1/models").json()["models"]
+        assert alias["name"] == "jev-latest"
+        time.strptime(first["release_date"], "%Y-%m-%d")
+
+
+def test_answers_are_strictly_typed():
+    with _client() as c:
+        r = c.post("/v1/systemone", json=REQUEST, headers={"Authorization": "Bearer k"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert r.headers[RID].startswith("req_")
+        assert body["model"] == "fake-model"
+        assert type(body["usage"]["input_tokens"]) is int and body["usage"]["output_tokens"] == 0
+        assert {n: a["type"] for n, a in body["answers"].items()} == {
+            "team": "choice", "urgent": "noul", "severity": "score"}
+        assert set(body["answers"]["severity"]["legend"]) == {"0", "1", "2"}
+        assert "calibration" not in json.dumps(body)
+
+
+# --------------------------------------------------------------------------- auth
+
+
+def test_auth_off_accepts_any_key_and_logs_it(caplog):
+    with caplog.at_level("WARNING", logger="typed_decisions.server"), _client() as c:
+        assert c.post("/v1/systemone", json=REQUEST).status_code == 200
+        assert c.post("/v1/systemone", json=REQUEST, headers={"Authorization": "Bearer x"}).status_code == 200
+    assert "any bearer key is accepted" in caplog.text
+
+
+def test_auth_on(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("alice sk-alice\nsk-bob  # no id\n")
+    with _client(api_keys=load_api_keys(keys)) as c:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic sk-alice"}):
+            r = c.post("/v1/systemone", json=REQUEST, headers=headers)
+            assert r.status_code == 401 and r.headers[RID]
+            (d,) = _detail(r)
+            assert d["loc"] == ["header", "authorization"] and "API key" in d["msg"]
+        assert c.get("/v1/models").status_code == 401
+        for key in ("sk-alice", "sk-bob"):
+            assert c.post("/v1/systemone", json=REQUEST,
+                          headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        assert c.get("/healthz").status_code == 200  # probes need no key
+
+
+def test_settings_from_env(tmp_path):
+    keys = tmp_path / "k"
+    keys.write_text("ops sk-1\n")
+    s = ServerSettings.from_env({"TYPED_DECISIONS_API_KEYS": "sk-2, sk-3",
+                                 "TYPED_DECISIONS_API_KEYS_FILE": str(keys),
+                                 "TYPED_DECISIONS_ALIASES": "jev-latest,prod",
+                                 "TYPED_DECISIONS_MAX_BATCH": "4", "TYPED_DECISIONS_MAX_WAIT_MS": "2.5",
+                                 "TYPED_DECISIONS_QUEUE_SIZE": "9"}, max_batch=16)
+    assert s.api_keys["sk-1"] == "ops" and s.api_keys["sk-2"].startswith("key-") and "sk-3" in s.api_keys
+    assert (s.aliases, s.max_batch, s.max_wait_ms, s.queue_size) == (["jev-latest", "prod"], 16, 2.5, 9)
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+def test_zstd_and_gzip_bodies():
+    raw = json.dumps(_request("x" * 1500)).encode()
+    with _client() as c:
+        plain = c.post("/v1/systemone", content=raw, headers={"content-type": "application/json"}).json()
+        for enc, data in (("zstd", zstandard.ZstdCompressor().compress(raw)),
+                          ("gzip", gzip.compress(raw)), ("identity", raw)):
+            r = c.post("/v1/systemone", content=data,
+                       headers={"content-type": "application/json", "content-encoding": enc})
+            assert r.status_code == 200, (enc, r.text)
+            assert r.json() == plain
+
+
+def test_corrupt_unknown_and_oversized_bodies():
+    raw = json.dumps(REQUEST).encode()
+    h = {"content-type": "application/json"}
+    with _client(max_body_bytes=4096) as c:
+        for enc, data in (("zstd", b"not zstd at all"), ("zstd", zstandard.ZstdCompressor().compress(raw)[:-4]),
+                          ("gzip", gzip.compress(raw)[:-8]), ("gzip", b"\x1f\x8b garbage")):
+            r = c.post("/v1/systemone", content=data, headers={**h, "content-encoding": enc})
+            assert r.status_code == 400, (enc, r.text)
+            assert enc in _detail(r)[0]["msg"]
+        r = c.post("/v1/systemone", content=raw, headers={**h, "content-encoding": "br"})
+        assert r.status_code == 415 and "'br'" in _detail(r)[0]["msg"]
+        # A zstd bomb: 64 MiB of zeros in a few KB hits the 4 KiB limit, not memory.
+        bomb = zstandard.ZstdCompressor(level=19).compress(b" " * (64 << 20))
+        assert len(bomb) < 4096
+        r = c.post("/v1/systemone", content=bomb, headers={**h, "content-encoding": "zstd"})
+        assert r.status_code == 413 and "4096 bytes" in _detail(r)[0]["msg"]
+        gz_bomb = gzip.compress(b" " * (16 << 20))
+        r = c.post("/v1/systemone", content=gz_bomb[:4000], headers={**h, "content-encoding": "gzip"})
+        assert r.status_code in (400, 413)
+        big = json.dumps(_request("y" * 5000)).encode()
+        r = c.post("/v1/systemone", content=big, headers=h)
+        assert r.status_code == 413 and r.headers[RID]
+
+
+def test_invalid_json_and_validation_errors_are_422_with_field_paths():
+    with _client() as c:
+        r = c.post("/v1/systemone", content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 422 and _detail(r)[0]["type"] == "json_invalid"
+        bad = _request()
+        bad["questions"]["team"]["criteria"] = {}
+        (d,) = _detail(c.post("/v1/systemone", json=bad))
+        assert d["loc"] == ["body", "questions", "team", "criteria"] and "at least one option" in d["msg"]
+        r = c.post("/v1/systemone", json={**REQUEST, "temperature": 0.2})
+        assert r.status_code == 422 and "sampling parameter" in _detail(r)[0]["msg"]
+        r = c.post("/v1/systemone", json={"model": "jev-latest", "questions": {}})
+        assert r.status_code == 422 and ["body", "state"] in [d["loc"] for d in _detail(r)]
+        r = c.post("/v1/systemone", json=[1, 2])
+        assert r.status_code == 422
+        r = c.post("/v1/systemone", json=_request("z" * 2500))
+        assert r.status_code == 422 and _detail(r)[0]["type"] == "context_too_long"
+
+
+def test_multipart_images_get_422_not_500():
+    with _client() as c:
+        files = {"request": (None, json.dumps({**REQUEST, "assets": {"img": {"type": "image", "part": "asset-0"}}}),
+                             "application/json"),
+                 "asset-0": ("asset-0", b"\x89PNG\r\n\x1a\n" + b"\0" * 100, "image/png")}
+        r = c.post("/v1/systemone", files=files)
+        assert r.status_code == 422
+        (d,) = _detail(r)
+        assert d["loc"] == ["body", "assets"] and "multimodal" in d["msg"]
+        r = c.post("/v1/systemone", json={**REQUEST, "assets": {"img": {"type": "image", "data_base64": "AA=="}}})
+        assert r.status_code == 422 and "multimodal" in r.text
+
+
+def test_unknown_model_is_404_with_available_names():
+    with _client() as c:
+        r = c.post("/v1/systemone", json={**REQUEST, "model": "gpt-9"})
+        assert r.status_code == 404
+        (d,) = _detail(r)
+        assert d["loc"] == ["body", "model"] and "fake-model" in d["msg"] and "jev-latest" in d["msg"]
+        assert c.post("/v1/systemone", json={**REQUEST, "model": "fake-model"}).status_code == 200
+
+
+def test_unexpected_engine_failure_is_500_without_a_trace():
+    fake = FakeDecider()
+    with _client(fake) as c:
+        fake.fail_with = RuntimeError("secret internal detail")
+        r = c.post("/v1/systemone", json=REQUEST)
+        assert r.status_code == 500 and r.headers[RID]
+        assert "secret" not in r.text and _detail(r)[0]["type"] == "internal"
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+async def _live(app, scenario):
+    """Run ``scenario(client)`` against the app (lifespan included) on this event loop."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await scenario(client)
+
+
+def test_micro_batches_answer_as_one_by_one():
+    fake = FakeDecider(delay=0.05)
+    app = create_app(fake, settings=ServerSettings(max_batch=8, max_wait_ms=20))
+    requests = [_request(f"state number {i}") for i in range(12)]
+
+    async def scenario(client):
+        return await asyncio.gather(*(client.post("/v1/systemone", json=r) for r in requests))
+
+    responses = asyncio.run(_live(app, scenario))
+    assert all(r.status_code == 200 for r in responses)
+    assert max(fake.calls) > 1, fake.calls  # they were batched
+    sequential = [FakeDecider().run(r).model_dump(mode="json") for r in requests]
+    assert [r.json() for r in responses] == sequential
+
+
+def test_a_bad_request_does_not_fail_its_batch_mates():
+    fake = FakeDecider()
+    app = create_app(fake, settings=ServerSettings(max_batch=8, max_wait_ms=50))
+    bad = _request()
+    bad["questions"]["team"]["criteria"]["<boundary>"] = None
+
+    async def scenario(client):
+        return await asyncio.gather(*(client.post("/v1/systemone", json=r)
+                                      for r in (_request("a"), bad, _request("b"))))
+
+    ok1, boundary, ok2 = asyncio.run(_live(app, scenario))
+    assert ok1.status_code == ok2.status_code == 200
+    assert boundary.status_code == 422
+    (d,) = _detail(boundary)
+    assert d["loc"] == ["body", "questions", "team", "criteria", "<boundary>"]
+    assert d["type"] == "tokenizer_boundary"
+
+
+def test_answer_each_falls_back_to_one_by_one():
+    assert answer_each(lambda xs: [10 // x for x in xs], [5, 2]) == [2, 5]
+    out = answer_each(lambda xs: [10 // x for x in xs], [5, 0, 2])
+    assert out[0] == 2 and isinstance(out[1], ZeroDivisionError) and out[2] == 5
+
+
+def test_queue_full_is_429_with_retry_after():
+    fake = FakeDecider()
+    app = create_app(fake, settings=ServerSettings(max_batch=1, max_wait_ms=0, queue_size=2))
+
+    async def scenario(client):
+        fake.gate.clear()                                           # after the start-up self-test
+        fake.entered.clear()
+        first = asyncio.create_task(client.post("/v1/systemone", json=_request("held")))
+        await asyncio.to_thread(fake.entered.wait, 5)              # the engine holds request 1
+        queued = [asyncio.create_task(client.post("/v1/systemone", json=_request(f"q{i}")))
+                  for i in range(2)]
+        await asyncio.sleep(0.05)
+        refused = await client.post("/v1/systemone", json=_request("one too many"))
+        metrics = (await client.get("/metrics")).text
+        fake.gate.set()
+        return refused, metrics, await asyncio.gather(first, *queued)
+
+    refused, metrics, done = asyncio.run(_live(app, scenario))
+    assert refused.status_code == 429
+    assert int(refused.headers["retry-after"]) >= 1 and int(refused.headers["retry-after-ms"]) >= 1
+    assert refused.headers[RID] and "queue is full" in _detail(refused)[0]["msg"]
+    assert "typed_decisions_queue_depth 2.0" in metrics
+    assert [r.status_code for r in done] == [200, 200, 200]
+
+
+def test_shutdown_finishes_in_flight_and_refuses_new_with_503():
+    fake = FakeDecider()
+    app = create_app(fake, settings=ServerSettings())
+    service = app.state.service
+
+    async def scenario(client):
+        fake.gate.clear()
+        fake.entered.clear()
+        inflight = asyncio.create_task(client.post("/v1/systemone", json=_request("in flight")))
+        await asyncio.to_thread(fake.entered.wait, 5)
+        service.begin_shutdown()
+        refused = await client.post("/v1/systemone", json=REQUEST)
+        ready = await client.get("/readyz")
+        fake.gate.set()
+        return refused, ready, await inflight
+
+    refused, ready, finished = asyncio.run(_live(app, scenario))
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert "shutting down" in _detail(refused)[0]["msg"]
+    assert ready.status_code == 503
+    assert finished.status_code == 200
+
+
+def test_loading_in_background_healthz_up_readyz_503():
+    release = threading.Event()
+
+    def factory():
+        release.wait(10)
+        return FakeDecider()
+
+    app = create_app(factory, settings=ServerSettings())
+
+    async def scenario(client):
+        health = await client.get("/healthz")
+        ready = await client.get("/readyz")
+        early = await client.post("/v1/systemone", json=REQUEST)
+        release.set()
+        for _ in range(200):
+            if (await client.get("/readyz")).status_code == 200:
+                break
+            await asyncio.sleep(0.01)
+        return health, ready, early, await client.post("/v1/systemone", json=REQUEST)
+
+    health, ready, early, later = asyncio.run(_live(app, scenario))
+    assert health.status_code == 200
+    assert ready.status_code == 503 and "loading" in _detail(ready)[0]["msg"]
+    assert early.status_code == 503 and early.headers["retry-after"]
+    assert later.status_code == 200
+
+
+def test_failed_load_is_reported_by_readyz():
+    def factory():
+        raise FileNotFoundError("no manifest.json in /nowhere")
+
+    with TestClient(create_app(factory, settings=ServerSettings())) as c:
+        for _ in range(200):
+            r = c.get("/readyz")
+            if "failed" in r.text:
+                break
+            time.sleep(0.01)
+        assert r.status_code == 503 and "manifest.json" in _detail(r)[0]["msg"]
+
+
+# --------------------------------------------------------------------------- metrics, audit, openapi
+
+
+def test_metrics_content():
+    with _client() as c:
+        c.post("/v1/systemone", json=REQUEST)
+        c.post("/v1/systemone", json={**REQUEST, "model": "nope"})
+        text = c.get("/metrics").text
+    for line in ('typed_decisions_http_requests_total{route="/v1/systemone",status="200"} 1.0',
+                 'typed_decisions_http_requests_total{route="/v1/systemone",status="404"} 1.0',
+                 'typed_decisions_questions_total{type="choice"} 1.0',
+                 'typed_decisions_questions_total{type="noul"} 1.0',
+                 "typed_decisions_request_seconds_count 1.0", "typed_decisions_queue_depth 0.0",
+                 "typed_decisions_tokens_computed_total", "typed_decisions_tokens_logical_total",
+                 "typed_decisions_prefix_cache_hits_total", "typed_decisions_prefix_cache_misses_total 2.0",
+                 "typed_decisions_batch_requests_bucket"):
+        assert line in text, line
+
+
+def test_metrics_registries_are_per_app():
+    with _client() as a, _client() as b:
+        a.post("/v1/systemone", json=REQUEST)
+        assert 'status="200"} 1.0' in a.get("/metrics").text
+        assert 'route="/v1/systemone",status="200"' not in b.get("/metrics").text
+
+
+def test_audit_log_has_hashes_not_state_or_keys(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    with _client(api_keys={"sk-secret": "alice"}, audit_log=log) as c:
+        h = {"Authorization": "Bearer sk-secret"}
+        ok = c.post("/v1/systemone", json=REQUEST, headers=h)
+        c.post("/v1/systemone", json={**REQUEST, "model": "nope"}, headers={**h, "X-Caller": "billing-bot"})
+    text = log.read_text()
+    first, second = map(json.loads, text.splitlines())
+    assert "sk-secret" not in text and "charged twice" not in text
+    assert first["request_id"] == ok.headers[RID] and first["caller"] == "alice"
+    assert first["state_sha256"] == state_sha256(REQUEST["state"]) and first["status"] == 200
+    assert first["questions"] == {"team": "choice", "urgent": "noul", "severity": "score"}
+    assert first["answers"] == ok.json()["answers"] and first["latency_ms"] >= 0
+    assert second["caller"] == "billing-bot" and second["status"] == 404 and second["answers"] is None
+
+
+def test_openapi_publishes_the_request_and_response_models():
+    with _client() as c:
+        spec = c.get("/openapi.json").json()
+    post = spec["paths"]["/v1/systemone"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/DecisionRequest")
+    assert {"DecisionRequest", "DecisionResponse", "Choice", "Noul", "Score"} <= set(spec["components"]["schemas"])
+    assert {"200", "401", "404", "413", "415", "422", "429", "503"} <= set(post["responses"])
+
+
+# --------------------------------------------------------------------------- real client, live server
+
+
+@contextlib.contextmanager
+def live_server(decider: Any, **settings: Any) -> Iterator[str]:
+    """uvicorn on 127.0.0.1 (a free port) in a thread; yields the base URL; stops at the end."""
+    import uvicorn
+
+    app = create_app(decider, settings=ServerSettings(**settings))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(500):
+            if server.started:
+                break
+            time.sleep(0.01)
+        assert server.started, "uvicorn did not start"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def _sdk_questions(sdk):
+    return {
+        "team": sdk.Choice(instructions="Which team should handle this?",
+                           criteria={"billing": "Payments, refunds, invoices", "tech": "Bugs, outages"}),
+        "urgent": sdk.Noul(instructions="Is it urgent?"),
+        "severity": sdk.Score(instructions="How severe is it?", criteria=["low", "medium", "high"]),
+    }
+
+
+def _check_sdk_response(result, decider_name: str) -> None:
+    assert result.model == decider_name
+    assert result.choices["team"].choice in {"billing", "tech"}
+    assert 0 <= result.nouls["urgent"].noul <= 1
+    assert set(result.scores["severity"].probabilities) == {0, 1, 2}
+    assert isinstance(result.usage.input_tokens, int) and result.usage.input_tokens > 0
+    assert result.request_id.startswith("req_")
+
+
+def _sdk_client_suite(decider: Any, state: str) -> dict[str, Any]:
+    """Sync + async SDK clients, with and without zstd; error classes. Returns the answers."""
+    sdk = pytest.importorskip("typesafe_sdk")
+    no_retry = sdk.RetryPolicy(max_retries=0)
+    answers = {}
+    with live_server(decider, api_keys={"sk-test": "tests"}) as url:
+        for compression in ("zstd", False):
+            with sdk.TypeSafeClient(api_key="sk-test", base_url=url, compression=compression,
+                                    retry=no_retry, timeout=60) as client:
+                result = client.system_one(state, _sdk_questions(sdk))
+                _check_sdk_response(result, decider.name)
+                answers[f"sync-{compression}"] = result.model_dump(mode="json")["answers"]
+                assert [m.name for m in client.models.list().models][-1] == "jev-latest"
+                with pytest.raises(sdk.TypeSafeUnprocessableEntityError) as e:
+                    client.system_one(state, {"team": sdk.Choice(criteria={"a": None}),
+                                              "bad": {"type": "score", "criteria": ["only one"]}})
+                assert "questions.bad.criteria" in str(e.value) and e.value.request_id
+                with pytest.raises(sdk.TypeSafeNotFoundError) as e:
+                    client.system_one(state, _sdk_questions(sdk), model="no-such-model")
+                assert "jev-latest" in str(e.value)
+        with sdk.TypeSafeClient(api_key="sk-wrong", base_url=url, retry=no_retry) as client:
+            with pytest.raises(sdk.TypeSafeAuthenticationError):
+                client.system_one(state, _sdk_questions(sdk))
+
+        async def run_async():
+            async with sdk.AsyncTypeSafeClient(api_key="sk-test", base_url=url, retry=no_retry,
+                                               timeout=60) as client:
+                results = await asyncio.gather(*(client.system_one(state, _sdk_questions(sdk))
+                                                 for _ in range(3)))
+                models = await client.models.list()
+                return results, models
+
+        results, models = asyncio.run(run_async())
+        for result in results:
+            _check_sdk_response(result, decider.name)
+        answers["async"] = results[0].model_dump(mode="json")["answers"]
+        assert len({r.request_id for r in results}) == 3
+    return answers
+
+
+def test_sdk_against_fake_model():
+    long_state = "My order #1234 arrived broken. " * 60   # > 1024 bytes: the zstd path
+    answers = _sdk_client_suite(FakeDecider(), long_state)
+    assert answers["sync-zstd"] == answers["sync-False"] == answers["async"]
+
+
+# --------------------------------------------------------------------------- the tiny real model
+
+
+def test_sdk_against_tiny_real_model(tiny_decider):
+    long_state = "I was charged twice for my subscription this month. " * 30
+    answers = _sdk_client_suite(tiny_decider, long_state)
+    for name in ("team", "urgent", "severity"):
+        a, b, c = (answers[k][name] for k in ("sync-zstd", "sync-False", "async"))
+        assert a.keys() == b.keys() == c.keys()
+
+
+def _probabilities(body: dict[str, Any]) -> dict[str, Any]:
+    return {n: a.get("probabilities", {"yes": a.get("noul")}) for n, a in body["answers"].items()}
+
+
+def test_real_model_micro_batched_equals_one_by_one(tiny_decider):
+    requests = [_request(s) for s in ("I was charged twice.", "The app crashes at login.",
+                                      "Please cancel my plan.", "Where is my invoice for May?")]
+    requests.append({**_request("Tell me about the weather."),
+                     "questions": {"tone": {"type": "choice", "criteria": {"calm": None, "angry": None}}}})
+    one_by_one = [tiny_decider.run(r).model_dump(mode="json") for r in requests]
+    calls_before = tiny_decider.engine.stats.calls
+    app = create_app(tiny_decider, settings=ServerSettings(max_batch=8, max_wait_ms=200))
+
+    async def scenario(client):
+        return await asyncio.gather(*(client.post("/v1/systemone", json=r) for r in requests))
+
+    responses = asyncio.run(_live(app, scenario))
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+    samples = {s.name: s.value for s in app.state.service.metrics.batch_size.collect()[0].samples
+               if not s.labels}
+    assert samples["typed_decisions_batch_requests_sum"] == len(requests) + 1   # + the self-test
+    assert samples["typed_decisions_batch_requests_count"] <= 3                 # self-test + 1-2 batches
+    assert tiny_decider.engine.stats.calls - calls_before <= 3
+    for got, want in zip(responses, one_by_one):
+        body = got.json()
+        assert body["usage"] == want["usage"]
+        for name, probs in _probabilities(want).items():
+            assert _probabilities(body)[name] == pytest.approx(probs, abs=1e-5), name
+
+
+def test_real_model_errors_map_to_422(tiny_decider):
+    app = create_app(tiny_decider, settings=ServerSettings())
+    with TestClient(app) as c:
+        long = _request("word " * 20000)
+        r = c.post("/v1/systemone", json=long)
+        assert r.status_code in (413, 422), r.text
+        if r.status_code == 422:
+            assert _detail(r)[0]["type"] == "context_too_long"
+        ok = c.post("/v1/systemone", json=REQUEST)
+        assert ok.status_code == 200
+        metrics = c.get("/metrics").text
+    computed = [l for l in metrics.splitlines() if l.startswith("typed_decisions_tokens_computed_total")]
+    assert computed and float(computed[0].split()[-1]) > 0

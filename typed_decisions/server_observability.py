@@ -1,0 +1,102 @@
+"""What the HTTP server tells its operators: Prometheus metrics and the JSON-lines audit log.
+
+Metrics (``GET /metrics``), all prefixed ``typed_decisions_``: ``http_requests_total{route,status}``,
+``request_seconds`` (histogram of answered decisions), ``questions_total{type}``,
+``batch_requests`` / ``batch_seconds`` (per engine call), ``queue_depth``, ``in_flight``, and the
+engine's counters ``tokens_computed_total`` vs ``tokens_logical_total`` (their ratio is what prefix
+sharing saves) and ``prefix_cache_hits_total`` / ``prefix_cache_misses_total``.
+
+The audit log has one line per decision request: ids, caller, model, question names and types,
+answers, latency, and the sha256 of the state's canonical JSON, never the state itself nor a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+
+
+class _EngineCollector:
+    """Engine counters (read from ``decider.engine.stats`` at scrape time)."""
+
+    def __init__(self, stats: Callable[[], Any]):
+        self.stats = stats
+
+    def describe(self) -> list[Any]:
+        return []  # nothing at registration: the decider may still be loading
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        stats = self.stats()
+        for name, attr, doc in (
+                ("typed_decisions_tokens_computed", "tokens_computed", "Tokens run through the model"),
+                ("typed_decisions_tokens_logical", "tokens_logical", "Tokens of every full prompt (no sharing)"),
+                ("typed_decisions_prefix_cache_hits", "cache_hits", "Prefix-cache hits"),
+                ("typed_decisions_prefix_cache_misses", "cache_misses", "Prefix-cache misses")):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], float(getattr(stats, attr, 0) if stats is not None else 0))
+            yield family
+
+
+class Metrics:
+    """One app's metrics, in a registry of its own (several apps in one process never mix).
+
+    Args:
+        queue_depth, in_flight: read at scrape time.
+        engine_stats: returns ``decider.engine.stats`` (or None while loading), read at scrape time.
+    """
+
+    def __init__(self, queue_depth: Callable[[], int], in_flight: Callable[[], int],
+                 engine_stats: Callable[[], Any]):
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("typed_decisions_http_requests", "HTTP requests by route and status",
+                                ["route", "status"], registry=r)
+        self.latency = Histogram("typed_decisions_request_seconds", "POST /v1/systemone latency",
+                                 buckets=(.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30), registry=r)
+        self.questions = Counter("typed_decisions_questions", "Questions answered, by type", ["type"],
+                                 registry=r)
+        self.batch_size = Histogram("typed_decisions_batch_requests", "Requests per engine call",
+                                    buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
+        self.batch_seconds = Histogram("typed_decisions_batch_seconds", "Seconds per engine call",
+                                       registry=r)
+        Gauge("typed_decisions_queue_depth", "Requests waiting for the engine",
+              registry=r).set_function(queue_depth)
+        Gauge("typed_decisions_in_flight", "POST /v1/systemone requests being handled",
+              registry=r).set_function(in_flight)
+        r.register(_EngineCollector(engine_stats))
+
+
+class AuditLog:
+    """JSON lines, one per answered or refused decision request. Never the state text, never a key."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed by close()
+        self._lock = threading.Lock()
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        with self._lock:
+            self._file.write(line + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def state_sha256(state: Any) -> str:
+    """sha256 of the state as canonical JSON (sorted keys, compact, UTF-8).
+
+    >>> state_sha256({"b": 1, "a": "x"}) == state_sha256({"a": "x", "b": 1})
+    True
+    """
+    canonical = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+__all__ = ["AuditLog", "Metrics", "state_sha256"]
