@@ -46,6 +46,7 @@ KNOWN_FILES = {
     TOKENIZER_FILE,
     CHAT_TEMPLATE_FILE,
     SELF_CHECK_FAILURE_FILE,
+    ".verified.json",  # the runtime's hash-stamp cache (typed_decisions.artifacts)
 }
 
 

@@ -88,11 +88,14 @@ def architecture(config: Any, geometry: dict[str, int], lm_head_shape: tuple[int
 
 
 def file_hashes(out_dir: Path) -> dict[str, str]:
-    """sha256 of every file in out_dir except manifest.json, by name (the manifest's `files`)."""
+    """sha256 of every file in out_dir except manifest.json, by name (the manifest's `files`).
+
+    Dot-files are not part of the export: the runtime keeps its verification stamps in one.
+    """
     return {
         p.name: sha256_file(p)
         for p in sorted(out_dir.iterdir())
-        if p.is_file() and p.name != MANIFEST_FILE
+        if p.is_file() and p.name != MANIFEST_FILE and not p.name.startswith(".")
     }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,11 @@ def export_backbone(model: Any, onnx_path: Path, *, opset: int = 18, log=print) 
     log(f"exporting backbone: {num_layers} layers, {num_kv_heads} KV heads, head_dim {head_dim}, opset {opset} ...")
     t0 = time.perf_counter()
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # Noise, not problems: the exporter notes that the one "batch" (etc.) name shared by
+        # several inputs is used once, and torch's pytree deprecation inside the exporter.
+        warnings.filterwarnings("ignore", message=r".*shares the same shape constraints.*")
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
         torch.onnx.export(
             module,
             args,

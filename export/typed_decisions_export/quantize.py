@@ -225,6 +225,7 @@ def quantize_export(src_dir: Path, out_dir: Path | None = None, *, force: bool =
     if in_place:
         # Unfinished again until the new manifest lands; then drop the float32 graph.
         (out_dir / MANIFEST_FILE).unlink()
+        (out_dir / ".verified.json").unlink(missing_ok=True)  # runtime stamps of the old files
         src_onnx.unlink()
         src_onnx.with_name(src_onnx.name + ".data").unlink(missing_ok=True)
     manifest = dict(manifest)
