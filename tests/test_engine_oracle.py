@@ -174,3 +174,16 @@ def test_single_option_choice_has_probability_one(tiny_decider):
 def test_empty_questions_return_empty_answers(tiny_decider):
     resp = tiny_decider.run({"model": "m", "state": "x", "questions": {}})
     assert resp.answers == {} and resp.usage.input_tokens == 0
+
+
+def test_root_equal_to_a_cached_checkpoint(tiny_model_dir):
+    """A context that ends exactly at a checkpoint stored without its hidden state (regression)."""
+    d = Decider.from_dir(tiny_model_dir, threads=2)
+    req = {"model": "m", "state": STATES[1], "questions": THREE}
+    d.run(req)  # stores the head and state-prefix checkpoints
+    prefix = compiled(d, req, "names").prefix_ids
+    hits = d.engine.stats.cache_hits
+    (got,) = d.engine.next_token_logits([prefix], [[49, 50, 51]], cache_points=[len(prefix)])
+    assert d.engine.stats.cache_hits == hits + 1
+    (ref,) = d.engine.next_token_logits([prefix], [[49, 50, 51]], share_prefixes=False)
+    np.testing.assert_allclose(got, ref, atol=1e-4)

@@ -66,6 +66,9 @@ class CompiledRequest:
         return sum(len(self.prefix_ids) + len(q.suffix_ids) for q in self.questions)
 
 
+QUESTION_HEAD = "Question:"  # every question part starts with it (see Compiler.compile)
+
+
 def _state_block(state: Content) -> str:
     return f"<state>\n{render_content(state)}\n</state>\n\n"
 
@@ -74,8 +77,8 @@ def _question_block(q: Noul | Choice | Score, mode: LabelMode) -> tuple[str, lis
     """(question text, option names, labels shown, verbalizers per option)."""
     lines: list[str] = []
     if isinstance(q, Noul):
-        lines.append(f"Question: {render_content(q.instructions)}" if q.instructions is not None
-                     else "Question: Does the state match the description of 'yes' below?")
+        lines.append(f"{QUESTION_HEAD} {render_content(q.instructions)}" if q.instructions is not None
+                     else f"{QUESTION_HEAD} Does the state match the description of 'yes' below?")
         if q.criteria is not None and q.criteria.true is not None:
             lines.append(f"yes means: {render_content(q.criteria.true)}")
         if q.criteria is not None and q.criteria.false is not None:
@@ -91,7 +94,7 @@ def _question_block(q: Noul | Choice | Score, mode: LabelMode) -> tuple[str, lis
         names = [str(i) for i in range(len(q.criteria))]
         descriptions = list(q.criteria)
         default_q = "Which level fits the state best?"
-    lines.append(f"Question: {render_content(q.instructions) if q.instructions is not None else default_q}")
+    lines.append(f"{QUESTION_HEAD} {render_content(q.instructions) if q.instructions is not None else default_q}")
 
     if mode == "letters":
         labels = letter_labels(len(names))
@@ -143,51 +146,70 @@ class Compiler:
             return [self.tok.eos_token_id]
         return self.tok.encode_plain("\n")
 
-    def _render(self, state: Segment, question: Segment) -> list[Segment]:
-        return self.template.render_segments([
+    def _tokens(self, user_content: str) -> tuple[list[int], int, list[Segment]]:
+        """(token ids of the whole prompt, tokens before the user content, the segments)."""
+        content = Segment(user_content, special=False)
+        segments = self.template.render_segments([
             ("system", [Segment(self.system_prompt, special=False)]),
-            ("user", [state, question]),
+            ("user", [content]),
         ])
+        ids = self.tok.encode_segments(segments)
+        ui = next(i for i, s in enumerate(segments) if s is content)
+        return [t for part in ids for t in part], sum(len(part) for part in ids[:ui]), segments
 
     def compile(self, request: DecisionRequest, *, label_mode: LabelMode = "names") -> CompiledRequest:
+        """Tokenize every question's prompt; the shared prefix is their common token prefix.
+
+        State and question are one content segment, tokenized together, so the token boundary
+        between them is the natural one. The prefix is cut at the longest common token prefix of
+        the questions' prompts and of a reference prompt whose question part is only "Question:"
+        — every question part starts that way — so the same state gives the same prefix in
+        every request, whatever its questions (what the cross-request cache needs).
+        """
         state_text = _state_block(request.state)
-        questions: list[CompiledQuestion] = []
-        prefix: list[int] | None = None
-        head_len = 0
+        reference, head_len, _ = self._tokens(state_text + QUESTION_HEAD)
+        prompts = []
         for name, q in request.questions.items():
             text, options, labels, verbalizers = _question_block(q, label_mode)
-            state_seg, question_seg = Segment(state_text, special=False), Segment(text, special=False)
-            segments = self._render(state_seg, question_seg)
-            ids = self.tok.encode_segments(segments)
-            qi = next(i for i, s in enumerate(segments) if s is question_seg)
-            q_prefix = [t for part in ids[:qi] for t in part]
-            suffix = [t for part in ids[qi:] for t in part]
-            if prefix is None:
-                prefix = q_prefix
-                si = qi - 1  # the state segment precedes the question segment
-                head_len = sum(len(part) for part in ids[:si])
-            elif q_prefix != prefix:  # cannot happen with separate tokenization; guard anyway
-                raise AssertionError("question prompts do not share the state prefix")
-            # Plain-completion templates answer after "Answer:" → labels carry a leading space.
-            lead = "" if self.template.is_chat else " "
+            ids, _, segments = self._tokens(state_text + text)
+            prompts.append((name, q, text, options, labels, verbalizers, ids, segments))
+        prefix = _common_prefix([reference] + [p[6] for p in prompts]) if prompts else []
+        # Plain-completion templates answer after "Answer:" → labels carry a leading space.
+        lead = "" if self.template.is_chat else " "
+        questions: list[CompiledQuestion] = []
+        for name, q, text, options, labels, verbalizers, ids, segments in prompts:
             tail = _tail_after_special(segments, self.tok)
-            verbalizers = [[lead + v for v in vs] for vs in verbalizers]
-            paths = build_label_paths(self.tok, tail, verbalizers, options, self._end_ids(),
-                                      loc=("questions", name))
-            legend = {} if not isinstance(q, Score) else {str(i): c for i, c in enumerate(q.criteria)}
-            questions.append(CompiledQuestion(
-                name=name, type=q.type, options=tuple(options), labels=tuple(labels),
-                suffix_ids=tuple(suffix), label_paths=paths, question_text=text, legend=legend))
-            total = len(q_prefix) + len(suffix) + max(len(p) for p in paths.paths)
+            paths = build_label_paths(self.tok, tail, [[lead + v for v in vs] for vs in verbalizers],
+                                      options, self._end_ids(), loc=("questions", name))
+            total = len(ids) + max(len(p) for p in paths.paths)
             if self.max_tokens is not None and total > self.max_tokens:
                 raise ContextTooLongError(
                     f"the prompt for question {name!r} is {total} tokens, over the limit of "
                     f"{self.max_tokens}; shorten the state or the options (nothing is truncated)",
                     ("questions", name))
-        if prefix is None:  # no questions: still report the state prefix for usage = 0
-            prefix = []
+            legend = {str(i): c for i, c in enumerate(q.criteria)} if isinstance(q, Score) else {}
+            questions.append(CompiledQuestion(
+                name=name, type=q.type, options=tuple(options), labels=tuple(labels),
+                suffix_ids=tuple(ids[len(prefix):]), label_paths=paths, question_text=text,
+                legend=legend))
         return CompiledRequest(prefix_ids=tuple(prefix), checkpoints=(head_len, len(prefix)),
                                questions=tuple(questions), label_mode=label_mode)
+
+
+def _common_prefix(sequences: Sequence[Sequence[int]]) -> list[int]:
+    """Longest common prefix of token sequences.
+
+    >>> _common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]])
+    [1, 2]
+    """
+    first = sequences[0]
+    n = min(len(s) for s in sequences)
+    for s in sequences[1:]:
+        i = 0
+        while i < n and s[i] == first[i]:
+            i += 1
+        n = i
+    return list(first[:n])
 
 
 __all__ = ["CompiledQuestion", "CompiledRequest", "Compiler", "LabelMode", "SYSTEM_PROMPT"]

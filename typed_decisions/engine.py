@@ -392,9 +392,13 @@ class Engine:
             return
         points = sorted({p for p in cache_points if 0 < p < len(tokens)} | {len(tokens)})
         start, kv, hidden = self._cache_get(tokens, points) if use_cache else (0, None, None)
-        if start == len(tokens) and hidden is not None:
-            root.kv, root.hidden = kv, hidden
-            return
+        if start == len(tokens):
+            if hidden is not None:
+                root.kv, root.hidden = kv, hidden
+                return
+            # A checkpoint stored without its hidden state: recompute the last token only.
+            assert kv is not None
+            start, kv = start - 1, (kv.prefix(start - 1) if start > 1 else None)
         h, present = self._run_rows([tokens[start:]], [kv if kv is not None else self.backbone.empty()])
         root.hidden, root.kv = h[0], present
         if use_cache:
