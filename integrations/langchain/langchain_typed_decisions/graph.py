@@ -1,0 +1,82 @@
+"""LangGraph: a choice question as a conditional edge, with the router's threshold/fallback rule.
+
+    edge = choice_edge(classifier, state_key="ticket", routes={"billing": "billing_agent",
+                       "tech": "tech_agent"}, fallback="human_review", threshold=0.6)
+    graph.add_conditional_edges("triage", edge, edge.path_map)
+
+The edge asks the question about ``graph_state[state_key]`` (or ``state_from(graph_state)``),
+applies ``router.pick_route`` and returns a key of ``edge.path_map``: the option name, or
+``"fallback"``. Edges cannot write graph state, so the decision itself is visible in the trace
+(the classifier's run outputs the full ``ChoiceAnswer``); a graph that must keep the decision in
+its state asks in a node (``classifier.with_answer()``) and routes with ``route_from_answer``.
+This module needs no LangGraph import: LangGraph calls the edge like any function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from typed_decisions.schema import ChoiceAnswer
+
+from .questions import ChoiceRunnable
+from .router import FALLBACK, check_routes, pick_route
+
+
+class ChoiceEdge:
+    """A conditional-edge function: graph state → ``path_map`` key. Build with ``choice_edge``."""
+
+    def __init__(self, classifier: ChoiceRunnable, *, state_key: str | None = "messages",
+                 state_from: Callable[[Any], Any] | None = None,
+                 routes: Mapping[str, str] | None = None, fallback: str | None = None,
+                 threshold: float = 0.0, manual: Iterable[str] = ()):
+        options = classifier.options
+        routes = dict(routes) if routes is not None else {o: o for o in options}
+        self.manual = frozenset(manual)
+        check_routes(options, routes, has_fallback=fallback is not None, threshold=threshold,
+                     manual=self.manual)
+        self.classifier = classifier.with_answer()
+        self.state_key, self.state_from = state_key, state_from
+        self.threshold = threshold
+        self.path_map: dict[str, str] = {o: node for o, node in routes.items()}
+        if fallback is not None:
+            self.path_map[FALLBACK] = fallback
+
+    def _state(self, graph_state: Any) -> Any:
+        if self.state_from is not None:
+            return self.state_from(graph_state)
+        if isinstance(graph_state, Mapping):
+            return graph_state[self.state_key]
+        return getattr(graph_state, str(self.state_key))
+
+    def route_from_answer(self, answer: ChoiceAnswer) -> str:
+        """The ``path_map`` key for an answer (for graphs that asked in a node)."""
+        picked = pick_route(answer, threshold=self.threshold, manual=self.manual)
+        return picked if picked is not None and picked in self.path_map else FALLBACK
+
+    def __call__(self, graph_state: Any, config: RunnableConfig) -> str:
+        return self.route_from_answer(self.classifier.invoke(self._state(graph_state), config))
+
+
+def choice_edge(classifier: ChoiceRunnable, *, state_key: str | None = "messages",
+                state_from: Callable[[Any], Any] | None = None,
+                routes: Mapping[str, str] | None = None, fallback: str | None = None,
+                threshold: float = 0.0, manual: Iterable[str] = ()) -> ChoiceEdge:
+    """A conditional edge for ``add_conditional_edges(source, edge, edge.path_map)``.
+
+    Args:
+        classifier: the choice question.
+        state_key: graph-state key holding the decision state (messages are rendered
+            ``role: text``); ignored when ``state_from`` is given.
+        state_from: function graph state → decision state.
+        routes: option → node name (default: nodes named like the options).
+        fallback: node for unsure (confidence < threshold) or ``manual`` decisions.
+        threshold: minimum ``ChoiceAnswer.confidence`` to follow the option.
+        manual: options never followed automatically.
+    """
+    return ChoiceEdge(classifier, state_key=state_key, state_from=state_from, routes=routes,
+                      fallback=fallback, threshold=threshold, manual=manual)
+
+
+__all__ = ["ChoiceEdge", "choice_edge"]

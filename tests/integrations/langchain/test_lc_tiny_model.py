@@ -1,0 +1,60 @@
+"""The Runnables on the tiny real model (SmolLM2-135M): types, probability sums, batch == single.
+A weak model: nothing here asserts on the quality of its answers."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_typed_decisions import (ChoiceRunnable, DecisionRouter, DecisionRunnable, NoulRunnable,
+                                       ScoreRunnable)
+from typed_decisions.schema import ChoiceAnswer, NoulAnswer, ScoreAnswer
+
+QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
+             "criteria": {"billing": "Payments, refunds", "technical": "Bugs, outages", "other": None}},
+    "urgent": {"type": "noul", "instructions": "Is this ticket urgent?"},
+    "severity": {"type": "score", "instructions": "How severe is the problem?",
+                 "criteria": ["minor", "moderate", "critical"]},
+}
+TICKETS = ["I was charged twice this month.",
+           [HumanMessage("The app crashes on login."), AIMessage("Which version?"), HumanMessage("4.2")],
+           {"subject": "Invoice", "body": "Wrong VAT number"}]
+
+
+def test_decision_runnable_batch_equals_single(tiny_decider) -> None:
+    triage = DecisionRunnable(decider=tiny_decider, questions=QUESTIONS)
+    batched = triage.batch(TICKETS)
+    single = [triage.invoke(t) for t in TICKETS]
+    for b, s in zip(batched, single):
+        assert b.model == s.model == tiny_decider.name
+        assert isinstance(b.answers["team"], ChoiceAnswer)
+        assert isinstance(b.answers["urgent"], NoulAnswer)
+        assert isinstance(b.answers["severity"], ScoreAnswer)
+        assert sum(b.answers["team"].probabilities.values()) == pytest.approx(1.0, abs=1e-6)
+        assert sum(b.answers["severity"].probabilities.values()) == pytest.approx(1.0, abs=1e-6)
+        assert b.answers["team"].choice == s.answers["team"].choice
+        for name in ("team", "severity"):
+            for k, p in b.answers[name].probabilities.items():
+                assert p == pytest.approx(s.answers[name].probabilities[k], abs=1e-4)
+        assert b.answers["urgent"].noul == pytest.approx(s.answers["urgent"].noul, abs=1e-4)
+
+
+def test_single_question_values(tiny_decider) -> None:
+    team = ChoiceRunnable(decider=tiny_decider, question=QUESTIONS["team"])
+    assert team.invoke(TICKETS[0]) in {"billing", "technical", "other"}
+    urgent = NoulRunnable(decider=tiny_decider, question=QUESTIONS["urgent"])
+    assert isinstance(urgent.invoke(TICKETS[0]), bool)
+    sev = ScoreRunnable(decider=tiny_decider, question=QUESTIONS["severity"])
+    assert 0.0 <= sev.invoke(TICKETS[0]) <= 2.0
+
+
+def test_router_on_the_tiny_model(tiny_decider) -> None:
+    team = ChoiceRunnable(decider=tiny_decider, question=QUESTIONS["team"])
+    router = DecisionRouter(classifier=team, routes={"billing": lambda t: "B", "technical": lambda t: "T"},
+                            fallback=lambda t: "H", threshold=0.3, manual={"other"})
+    for result, text in zip(router.batch(TICKETS), TICKETS):
+        answer = team.with_answer().invoke(text)
+        assert result.decision.choice == answer.choice
+        auto = answer.confidence >= 0.3 and answer.choice != "other"
+        assert result.fallback_used is (not auto)
+        assert result.output == ({"billing": "B", "technical": "T"}[answer.choice] if auto else "H")
