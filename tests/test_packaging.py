@@ -1,0 +1,53 @@
+"""Packaging promises: a torch-free runtime, a pinned public API, a CLI that explains what is missing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import typed_decisions
+
+RUNTIME_MODULES = ["typed_decisions", "typed_decisions.cli", "typed_decisions.engine",
+                   "typed_decisions.decider", "typed_decisions.server", "typed_decisions.compiler",
+                   "typed_decisions.models", "typed_decisions.artifacts"]
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_runtime_never_imports_torch_or_transformers():
+    code = ("import importlib, sys\n"
+            f"for m in {RUNTIME_MODULES!r}: importlib.import_module(m)\n"
+            "from typed_decisions import Decider, Choice\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))\n"
+            "print(','.join(bad))\n")
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
+def test_public_api_is_pinned():
+    assert typed_decisions.__all__ == sorted([
+        "ArtifactError", "CalibrationFile", "Choice", "ChoiceAnswer", "ContextTooLongError",
+        "Decider", "DecisionRequest", "DecisionResponse", "EngineError", "InvalidRequestError",
+        "ModelNotFoundError", "Noul", "NoulAnswer", "NoulCriteria", "Score", "ScoreAnswer",
+        "TokenizerBoundaryError", "TypedDecisionsError", "Usage", "load_artifacts",
+        "parse_request"]) + ["__version__"]
+    for name in typed_decisions.__all__:
+        assert getattr(typed_decisions, name) is not None
+
+
+def test_export_command_names_the_missing_distribution():
+    code = ("import sys; sys.modules['typed_decisions_export'] = None\n"
+            "from typed_decisions.cli import main\n"
+            "sys.exit(main(['export', 'tiny', '--out', '/tmp/x']))\n")
+    out = run_python(code)
+    assert out.returncode == 2
+    assert "pip install typed-decisions-export" in out.stderr
+
+
+def test_cli_unknown_command_fails_with_usage():
+    out = subprocess.run([sys.executable, "-m", "typed_decisions.cli", "frobnicate"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "unknown command" in out.stderr and "decide" in out.stdout
