@@ -7,6 +7,7 @@ drift and rewrites the manifest. A directory without manifest.json is unfinished
 
 from __future__ import annotations
 
+import gc
 import resource
 import sys
 import time
@@ -28,7 +29,7 @@ from .manifest import (
     write_manifest,
 )
 from .onnx_export import export_backbone
-from .selfcheck import run_self_check
+from .selfcheck import plan_self_check, run_self_check, torch_references
 from .tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE, write_tokenizer_files
 
 ONNX_FILE = "model.onnx"
@@ -109,7 +110,7 @@ def export_model(
     t0 = time.perf_counter()
     prepare_out_dir(out_dir)
 
-    loaded = load_source(source, log=log)
+    loaded = load_source(source, log=log, progress=progress)
     model, tokenizer = loaded.model, loaded.tokenizer
     tokenizer_facts = write_tokenizer_files(tokenizer, out_dir)
 
@@ -122,8 +123,14 @@ def export_model(
     with torch.no_grad():
         geometry = export_backbone(model, out_dir / ONNX_FILE, opset=opset, log=log)
     arch = architecture(model.config, geometry, lm_shape)
-    with torch.no_grad():
-        check = run_self_check(model, tokenizer, out_dir, ONNX_FILE, arch, tokenizer_facts, log=log)
+    plan = plan_self_check(tokenizer, out_dir, tokenizer_facts, lm_shape[0])
+    log(f"self-check: transformers reference on {len(plan.reference_sequences())} sequences ...")
+    refs = torch_references(model, plan.reference_sequences(), plan.candidates)
+    source_info, default_name = loaded.source, loaded.default_name
+    # Free the float32 weights before ONNX Runtime loads its own copy (and before INT8 does).
+    del model, tokenizer, loaded
+    gc.collect()
+    check = run_self_check(out_dir, ONNX_FILE, arch, plan, refs, log=log)
     if not check["passed"]:
         with open(out_dir / SELF_CHECK_FAILURE_FILE, "w", encoding="utf-8") as f:
             json.dump(check, f, indent=2)
@@ -131,8 +138,6 @@ def export_model(
             f"self-check failed, {out_dir} has no manifest and is unusable: {'; '.join(check['failures'])} "
             f"(details in {SELF_CHECK_FAILURE_FILE})"
         )
-    source_info, default_name = loaded.source, loaded.default_name
-    del model, tokenizer, loaded  # free the float32 weights before quantization loads the graph
 
     manifest: dict[str, Any] = {
         "format_version": FORMAT_VERSION,

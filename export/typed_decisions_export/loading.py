@@ -86,10 +86,14 @@ def resolve_source(source: str | Path) -> tuple[str, Path, str | None]:
     return "gguf", pulled.resolve(), name
 
 
-def load_source(source: str | Path, *, log=print) -> LoadedModel:
+def load_source(source: str | Path, *, log=print, progress: bool = True) -> LoadedModel:
     """Load the model (with its LM head) and tokenizer of a source, float32, sdpa attention, offline."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if not progress:
+        hf_logging.disable_progress_bar()  # GGUF de-quantization and weight-loading bars
 
     kind, path, catalogue_name = resolve_source(source)
     log(f"hashing source {path} ...")

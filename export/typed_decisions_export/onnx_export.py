@@ -13,7 +13,10 @@ mask instead, so the model computes the same thing and every `present.*` has pas
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -128,7 +131,10 @@ def export_backbone(model: Any, onnx_path: Path, *, opset: int = 18, log=print) 
     log(f"exporting backbone: {num_layers} layers, {num_kv_heads} KV heads, head_dim {head_dim}, opset {opset} ...")
     t0 = time.perf_counter()
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad(), warnings.catch_warnings():
+    # torch's exporter logs one line per torchvision op it cannot register (torchvision is not a
+    # dependency) and prints its progress to stdout, which belongs to the CLI's JSON summary.
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         # Noise, not problems: the exporter notes that the one "batch" (etc.) name shared by
         # several inputs is used once, and torch's pytree deprecation inside the exporter.
         warnings.filterwarnings("ignore", message=r".*shares the same shape constraints.*")

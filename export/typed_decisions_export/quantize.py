@@ -199,8 +199,11 @@ def quantize_export(src_dir: Path, out_dir: Path | None = None, *, force: bool =
         f"batch dependence {batch_dep['int8']['max_abs_prob']:.4f}, cache dependence {cache_dep['int8']['max_abs_prob']:.4f}"
     )
     if not passed and not force:
-        out_onnx.unlink(missing_ok=True)
-        out_onnx.with_name(out_onnx.name + ".data").unlink(missing_ok=True)
+        if in_place:
+            out_onnx.unlink(missing_ok=True)
+            out_onnx.with_name(out_onnx.name + ".data").unlink(missing_ok=True)
+        else:
+            prepare_out_dir(out_dir)  # leave it empty rather than half-made
         raise QuantizationError(
             f"INT8 drift above threshold: max |dp| {drift['max_abs_prob']:.3f} (limit {THRESHOLD['max_abs_prob']}), "
             f"{drift['top1_flips']} top-1 flips (limit {THRESHOLD['top1_flips']}) on {len(prompts)} probes; "

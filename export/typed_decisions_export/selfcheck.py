@@ -24,7 +24,9 @@ any real bug (a wrong mask or position moves values by O(1)).
 
 from __future__ import annotations
 
+import inspect
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ QUESTIONS = [
 SUFFIX_TEXTS = ["B", "The answer is B", "I think the right option is C because"]
 TOKENIZER_EXTRAS = ["  leading spaces", "tabs\tand\nnewlines", "digits 1234567 and 3.14", "naïve café — ünïcödé 日本語 🙂"]
 CANDIDATE_TEXTS = ["A", "B", "C", " yes", " no"]
+NUMERIC_CHECKS = ("prefill", "left_padded_batch", "cached_step_1", "cached_step_3", "right_padded_suffixes")
 
 
 def _errors(ort_h: np.ndarray, ort_l: np.ndarray, ref_h: np.ndarray, ref_l: np.ndarray) -> dict[str, float]:
@@ -70,54 +73,96 @@ def _worst(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: max(r[k] for r in rows) for k in rows[0]} | {"rows": len(rows)}
 
 
-class _Reference:
-    """transformers on one unpadded sequence without cache, memoised by token ids."""
+def torch_references(model: Any, sequences: list[list[int]], candidates: list[int]) -> dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]]:
+    """transformers on each sequence alone, unpadded, no cache:
+    ids -> (hidden at the last position (H,), candidate logits from the model's own head (K,)).
 
-    def __init__(self, model: Any, candidates: list[int]):
-        from .onnx_export import base_model
+    Computed up front so that the caller can free the float32 model before ONNX Runtime loads its
+    own copy of the weights (halves the self-check's peak memory on big models).
+    """
+    import torch
 
-        self.model, self.base, self.candidates = model, base_model(model), candidates
-        self._memo: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+    from .onnx_export import base_model
 
-    def __call__(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(hidden at the last position (H,), candidate logits from the model's own head (K,))."""
-        import torch
+    base, refs = base_model(model), {}
+    # Only the last position's logits are needed; older heads without the option compute all.
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    for ids in sequences:
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            hidden = base(input_ids=x, use_cache=False).last_hidden_state[0, -1]  # (H,)
+            logits = model(input_ids=x, use_cache=False, **keep).logits[0, -1]  # (V,)
+        refs[tuple(ids)] = (hidden.double().numpy(), logits[candidates].double().numpy())
+    return refs
 
-        key = tuple(ids)
-        if key not in self._memo:
-            x = torch.tensor([ids])
-            with torch.no_grad():
-                hidden = self.base(input_ids=x, use_cache=False).last_hidden_state[0, -1]  # (H,)
-                logits = self.model(input_ids=x, use_cache=False).logits[0, -1]  # (V,)
-            self._memo[key] = (hidden.double().numpy(), logits[self.candidates].double().numpy())
-        return self._memo[key]
+
+@dataclass
+class CheckPlan:
+    """What the self-check runs, fixed before any model runs: token ids and the transformers-side
+    results that need the Python tokenizer (filled by `plan_self_check`)."""
+
+    texts: list[str]
+    prompts: list[list[int]]
+    suffixes: list[list[int]]
+    candidates: list[int]
+    pad_id: int
+    tokenizer_result: dict[str, Any]
+
+    def reference_sequences(self) -> list[list[int]]:
+        return self.prompts + [self.prompts[0] + s for s in self.suffixes]
+
+
+def plan_self_check(tokenizer: Any, out_dir: Path, tokenizer_facts: dict[str, Any], vocab_size: int) -> CheckPlan:
+    """Render and tokenize the prompts, pick candidates and suffixes, and compare tokenizer.json
+    (Rust) with the transformers tokenizer on the prompts and some awkward text."""
+    from tokenizers import Tokenizer
+
+    texts = [render_chat(tokenizer, q, SYSTEM) for q in QUESTIONS]
+    prompts = [encode_prompt(tokenizer, t, tokenizer_facts["add_bos_token"]) for t in texts]
+    filler = prompts[1]  # tops up suffixes when a tiny tokenizer makes them too short
+    suffixes = [
+        (list(tokenizer(t, add_special_tokens=False).input_ids) + filler)[:n]
+        for t, n in zip(SUFFIX_TEXTS, (1, 3, 5))
+    ]
+    rust = Tokenizer.from_file(str(out_dir / TOKENIZER_FILE))
+    probe_texts = texts + SUFFIX_TEXTS + TOKENIZER_EXTRAS
+    mismatches = [
+        t for t in probe_texts
+        if rust.encode(t, add_special_tokens=False).ids != list(tokenizer(t, add_special_tokens=False).input_ids)
+    ]
+    return CheckPlan(
+        texts=texts,
+        prompts=prompts,
+        suffixes=suffixes,
+        candidates=candidate_ids(tokenizer, CANDIDATE_TEXTS, fallback_vocab=vocab_size),
+        pad_id=tokenizer_facts["pad_token_id"] if tokenizer_facts["pad_token_id"] is not None else 0,
+        tokenizer_result={"texts": len(probe_texts), "mismatches": len(mismatches), "examples": mismatches[:3]},
+    )
 
 
 def run_self_check(
-    model: Any,
-    tokenizer: Any,
     out_dir: Path,
     onnx_file: str,
     architecture: dict[str, Any],
-    tokenizer_facts: dict[str, Any],
+    plan: CheckPlan,
+    refs: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]],
     *,
     log=print,
 ) -> dict[str, Any]:
-    """Run every check; returns the manifest's `self_check` (the caller raises if not passed)."""
+    """Run every ONNX Runtime check against the references; returns the manifest's `self_check`
+    (the caller raises if not passed)."""
     t0 = time.perf_counter()
     ort = OrtBackbone(out_dir / onnx_file)
     lm_head = np.load(out_dir / "lm_head.npy", mmap_mode="r")  # (V, H)
     scale, cap = architecture["logit_scale"], architecture["final_logit_softcapping"]
-    add_bos = tokenizer_facts["add_bos_token"]
-    pad_id = tokenizer_facts["pad_token_id"] if tokenizer_facts["pad_token_id"] is not None else 0
-    cands = candidate_ids(tokenizer, CANDIDATE_TEXTS, fallback_vocab=lm_head.shape[0])
-    ref = _Reference(model, cands)
+    prompts, cands = plan.prompts, plan.candidates
 
     def readout(hidden_rows: np.ndarray) -> np.ndarray:  # (B, H) -> (B, K)
         return candidate_logits(hidden_rows, lm_head, cands, logit_scale=scale, softcap=cap)
 
-    texts = [render_chat(tokenizer, q, SYSTEM) for q in QUESTIONS]
-    prompts = [encode_prompt(tokenizer, t, add_bos) for t in texts]
+    def ref(ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        return refs[tuple(ids)]
+
     results: dict[str, Any] = {"candidates": cands, "prompt_lengths": [len(p) for p in prompts]}
     log(f"self-check: {len(prompts)} prompts of {[len(p) for p in prompts]} tokens, candidates {cands}")
 
@@ -130,8 +175,7 @@ def run_self_check(
     results["prefill"] = _worst(rows)
 
     # left-padded batch of the 3 prompts: every row ends at the last column
-    ids_b, mask_b, pos_b = left_padded(prompts, pad_id)
-    hidden, _ = ort.run(ids_b, mask_b, pos_b)
+    hidden, _ = ort.run(*left_padded(prompts, plan.pad_id))
     last = hidden[:, -1].astype(np.float64)  # (B, H)
     logits = readout(last)
     results["left_padded_batch"] = _worst([_errors(last[i], logits[i], *ref(p)) for i, p in enumerate(prompts)])
@@ -149,15 +193,10 @@ def run_self_check(
         results[f"cached_step_{k}"] = _worst(rows)
 
     # right-padded suffixes of lengths 1, 3, 5 sharing one past (prompt 0)
-    common = prompts[0]
-    filler = prompts[1]
-    suffixes = [
-        (list(tokenizer(t, add_special_tokens=False).input_ids) + filler)[:n]
-        for t, n in zip(SUFFIX_TEXTS, (1, 3, 5))
-    ]
+    common, suffixes = prompts[0], plan.suffixes
     _, present = ort.prefill(common)
     width, p = max(len(s) for s in suffixes), len(common)
-    ids_r = np.full((len(suffixes), width), pad_id, np.int64)
+    ids_r = np.full((len(suffixes), width), plan.pad_id, np.int64)
     mask_r = np.zeros((len(suffixes), p + width), np.int64)
     mask_r[:, :p] = 1
     for i, s in enumerate(suffixes):
@@ -171,27 +210,19 @@ def run_self_check(
     results["right_padded_suffixes"] = _worst(
         [_errors(last[i], logits[i], *ref(common + s)) for i, s in enumerate(suffixes)]
     )
+    results["tokenizer"] = plan.tokenizer_result
 
-    # tokenizer.json vs transformers on the prompts and some awkward text
-    from tokenizers import Tokenizer
-
-    rust = Tokenizer.from_file(str(out_dir / TOKENIZER_FILE))
-    probe_texts = texts + SUFFIX_TEXTS + TOKENIZER_EXTRAS
-    mismatches = [
-        t for t in probe_texts
-        if rust.encode(t, add_special_tokens=False).ids != list(tokenizer(t, add_special_tokens=False).input_ids)
-    ]
-    results["tokenizer"] = {"texts": len(probe_texts), "mismatches": len(mismatches)}
-
-    numeric = [results[k] for k in ("prefill", "left_padded_batch", "cached_step_1", "cached_step_3", "right_padded_suffixes")]
     failures = [
-        f"{name}: {key} {r[key]:.3g} > {TOLERANCES[key]:.3g}"
-        for name, r in zip(("prefill", "left_padded_batch", "cached_step_1", "cached_step_3", "right_padded_suffixes"), numeric)
+        f"{name}: {key} {results[name][key]:.3g} > {TOLERANCES[key]:.3g}"
+        for name in NUMERIC_CHECKS
         for key in ("hidden_rel", "logits_rel", "prob_abs")
-        if not r[key] <= TOLERANCES[key]  # `not <=` also catches NaN
+        if not results[name][key] <= TOLERANCES[key]  # `not <=` also catches NaN
     ]
-    if len(mismatches) > TOLERANCES["tokenizer_mismatches"]:
-        failures.append(f"tokenizer: {len(mismatches)} texts tokenize differently, e.g. {mismatches[0]!r}")
+    if plan.tokenizer_result["mismatches"] > TOLERANCES["tokenizer_mismatches"]:
+        failures.append(
+            f"tokenizer: {plan.tokenizer_result['mismatches']} texts tokenize differently, "
+            f"e.g. {plan.tokenizer_result['examples'][0]!r}"
+        )
     seconds = time.perf_counter() - t0
     log(f"self-check {'passed' if not failures else 'FAILED'} in {seconds:.1f} s")
     return {

@@ -35,7 +35,8 @@ def build_tokenizer(*, add_bos: bool):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=400, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(CORPUS, trainer)
     if add_bos:

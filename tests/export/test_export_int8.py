@@ -1,0 +1,101 @@
+"""INT8: drift measured and recorded, refusal above the threshold, and the CLI's int8 path.
+
+The drift is measured on the tiny REAL model (SmolLM2-135M), where it means something; random tiny
+models only exercise the mechanics (with --force, since their drift is arbitrary).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+import typed_decisions_export.quantize as quantize_mod
+from typed_decisions_export import QuantizationError, quantize_export
+from typed_decisions_export.cli import main
+
+
+@pytest.fixture(scope="session")
+def smollm2_int8(smollm2_export):
+    """SmolLM2 quantized from its cached float32 export, with force (the drift is what we test);
+    cached on disk like the float32 export."""
+    from export_cache import cached_export
+
+    src, _ = smollm2_export
+    out = cached_export("smollm2-135m-int8", lambda work: quantize_export(src, work, force=True, progress=False))
+    return out, json.loads((out / "manifest.json").read_text())
+
+
+def test_smollm2_int8_drift_is_measured_and_judged(smollm2_int8):
+    out, manifest = smollm2_int8
+    q = manifest["quantization"]
+    assert manifest["onnx_file"] == "model.int8.onnx"
+    assert q["method"] == "dynamic-int8" and q["per_channel"] is True
+    assert q["excluded"] == [f"layers.{i}.mlp.down_proj" for i in range(30)]  # inside the backbone
+    drift = q["drift"]
+    assert drift["probes"] == 8 and drift["candidates"] == 5
+    assert 0.0 <= drift["max_abs_prob"] <= 1.0 and 0 <= drift["top1_flips"] <= 8
+    # The verdict follows the stated threshold, and `forced` says when it was overridden.
+    within = drift["max_abs_prob"] <= q["threshold"]["max_abs_prob"] and drift["top1_flips"] <= q["threshold"]["top1_flips"]
+    assert q["passed"] is within and q["forced"] is (not within)
+    # A quantization that broke the model (wrong scales, a quantized LM path gone wrong) moves
+    # probabilities by ~1 and flips most answers; the measured drift must stay well clear of that.
+    assert drift["max_abs_prob"] < 0.35 and drift["top1_flips"] <= 2
+    # Float32 does not depend on batching or on cache splits; INT8 may (per-call activation scales).
+    for dep in ("batch_dependence", "cache_dependence"):
+        assert q[dep]["float32"]["max_abs_prob"] < 1e-4 and q[dep]["float32"]["top1_flips"] == 0
+        assert 0.0 <= q[dep]["int8"]["max_abs_prob"] <= 1.0
+
+
+def test_smollm2_int8_directory(smollm2_int8, smollm2_export):
+    from typed_decisions.artifacts import load_artifacts
+
+    out, manifest = smollm2_int8
+    names = {p.name for p in out.iterdir() if p.name != "manifest.json" and not p.name.startswith(".")}
+    assert set(manifest["files"]) == names
+    assert {"model.int8.onnx", "lm_head.npy", "tokenizer.json", "chat_template.jinja"} <= names
+    assert "model.onnx" not in names and "model.onnx.data" not in names
+    for name, digest in manifest["files"].items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest, name
+    assert manifest["quantization"]["source_onnx_sha256"] == smollm2_export[1]["files"]["model.onnx"]
+    int8_bytes = sum((out / n).stat().st_size for n in names if n.startswith("model.int8.onnx"))
+    fp32_bytes = sum((smollm2_export[0] / n).stat().st_size for n in ("model.onnx", "model.onnx.data"))
+    assert int8_bytes < 0.6 * fp32_bytes
+    art = load_artifacts(out)
+    assert art.onnx_path.name == "model.int8.onnx"
+
+
+def test_drift_above_threshold_is_refused(tiny_exports, tmp_path, monkeypatch):
+    """With a threshold nothing can meet, quantize_export refuses, leaves out_dir empty and the
+    float32 source untouched."""
+    src, manifest = tiny_exports["qwen2"]
+    before = (src / "manifest.json").read_text()
+    monkeypatch.setattr(quantize_mod, "THRESHOLD", {"max_abs_prob": -1.0, "top1_flips": 0})
+    out = tmp_path / "int8"
+    with pytest.raises(QuantizationError, match="drift above threshold"):
+        quantize_export(src, out, progress=False)
+    assert list(out.iterdir()) == []
+    assert (src / "manifest.json").read_text() == before
+    assert (src / "model.onnx").is_file()
+
+
+def test_cli_int8_in_place_with_force(tiny_folders, tmp_path, capsys):
+    out = tmp_path / "cli-int8"
+    rc = main([str(tiny_folders["llama"]), "--out", str(out), "--quantize", "int8", "--force", "--name", "t", "--quiet"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["name"] == "t" and summary["onnx_file"] == "model.int8.onnx" and summary["self_check_passed"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["quantization"]["excluded"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
+    assert set(manifest["files"]) == {p.name for p in out.iterdir() if p.name != "manifest.json"}
+    assert not (out / "model.onnx").exists()
+    assert manifest["self_check"]["graph"].startswith("model.onnx (float32")
+
+
+def test_cli_errors(tmp_path, capsys):
+    assert main(["/no/such/model.gguf", "--out", str(tmp_path / "o"), "--quiet"]) == 1
+    assert "no such file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["x", "--out", str(tmp_path / "o"), "--quantize", "int4"])
+    assert e.value.code == 2
