@@ -4,6 +4,9 @@
     typed-decisions export SOURCE --out DIR [--quantize int8]  (needs typed-decisions-export)
     typed-decisions decide --model DIR [--labels names|letters] [--explain] [REQUEST.json | -]
     typed-decisions serve --model DIR [--host H] [--port P]    (needs the [server] extra)
+    typed-decisions eval --model DIR (--dataset NAME | --data F.jsonl --spec S.json) [--plot P.png]
+    typed-decisions calibrate --model DIR --dataset NAME --out cal.json
+    typed-decisions presets list | show NAME | answer NAME --model DIR [STATE | -]
 
 Heavy or optional modules are imported inside each subcommand, so ``--help`` is instant and the
 runtime never imports torch. Errors of this package are printed as one line, exit status 2.
@@ -83,11 +86,32 @@ def _cmd_serve(argv: list[str]) -> int:
     return int(serve_main(argv) or 0)
 
 
+def _cmd_eval(argv: list[str]) -> int:
+    from .evaluation import main_eval
+
+    return int(main_eval(argv) or 0)
+
+
+def _cmd_calibrate(argv: list[str]) -> int:
+    from .evaluation import main_calibrate
+
+    return int(main_calibrate(argv) or 0)
+
+
+def _cmd_presets(argv: list[str]) -> int:
+    from .presets import main_presets
+
+    return int(main_presets(argv) or 0)
+
+
 COMMANDS = {
     "models": (_cmd_models, "list, pull and locate models of the offline catalogue"),
     "export": (_cmd_export, "export a Hugging Face folder, GGUF file or catalogue model to ONNX"),
     "decide": (_cmd_decide, "answer a request (JSON) with an exported model"),
     "serve": (_cmd_serve, "serve /v1/systemone over HTTP"),
+    "eval": (_cmd_eval, "evaluate a question on labelled data: accuracy, NLL, ECE, risk-coverage, order bias"),
+    "calibrate": (_cmd_calibrate, "fit a calibration file on a dataset's calibration split, report on test"),
+    "presets": (_cmd_presets, "list, show and answer versioned question presets"),
 }
 
 
