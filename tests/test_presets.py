@@ -1,0 +1,85 @@
+"""presets.py: shipped presets load and match their registered version hashes (an edit without a
+version bump fails here), the acting policy, answer_preset and `eval --preset` on the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from typed_decisions import presets
+from typed_decisions.presets import PresetError, content_hash, decide_action, load_preset
+
+
+def test_every_shipped_preset_matches_its_registered_version():
+    registry = json.loads((presets._folder() / presets.REGISTRY).read_text())
+    names = presets.list_presets()
+    assert {"support-ticket-routing", "sms-spam", "sentiment-score"} <= set(names)
+    assert set(registry) == set(names), "every preset file needs registry entries, and vice versa"
+    for name in names:
+        data = json.loads((presets._folder() / f"{name}.json").read_text())
+        assert registry[name].get(str(data["version"])) == content_hash(data), (
+            f"{name}.json changed without a version bump: bump 'version' and add "
+            f"`typed-decisions presets hash {name}` to presets/_registry.json")
+        preset = load_preset(name)
+        assert preset.name == name and preset.question_spec().type == preset.question.type
+
+
+def test_an_edit_without_a_version_bump_is_refused(tmp_path, monkeypatch):
+    folder = tmp_path / "presets"
+    folder.mkdir()
+    for p in presets._folder().glob("*.json"):
+        (folder / p.name).write_text(p.read_text())
+    monkeypatch.setattr(presets, "_folder", lambda: folder)
+    data = json.loads((folder / "sms-spam.json").read_text())
+    data["question"]["instructions"] = "Is this message junk?"
+    (folder / "sms-spam.json").write_text(json.dumps(data))
+    with pytest.raises(PresetError, match="version 1 does not match"):
+        load_preset("sms-spam")
+    data["version"] = 2  # bumped but not registered: still refused, with the fix named
+    (folder / "sms-spam.json").write_text(json.dumps(data))
+    with pytest.raises(PresetError, match="none registered.*presets hash sms-spam"):
+        load_preset("sms-spam")
+    with pytest.raises(PresetError, match="unknown preset"):
+        load_preset("nope")
+
+
+def test_policy_thresholds_and_never_auto():
+    spam = load_preset("sms-spam")  # yes needs 0.95, no needs 0.8
+    assert decide_action(spam, np.array([0.96, 0.04]))["auto"] is True
+    assert decide_action(spam, np.array([0.9, 0.1]))["auto"] is False
+    assert decide_action(spam, np.array([0.15, 0.85]))["auto"] is True
+    routing = load_preset("support-ticket-routing")
+    p = np.array([0.01, 0.01, 0.01, 0.01, 0.01, 0.95])  # legal wins, confidently
+    act = decide_action(routing, p)
+    assert act["option"] == "legal" and act["auto"] is False and "never" in act["reason"]
+    p = np.array([0.85, 0.03, 0.03, 0.03, 0.03, 0.03])
+    assert decide_action(routing, p)["auto"] is True
+    assert decide_action(routing, p, threshold=0.9)["auto"] is False  # a stricter caller
+
+
+def test_answer_preset_on_the_tiny_model(tiny_decider):
+    out = presets.answer_preset(tiny_decider, "support-ticket-routing",
+                                "I was charged twice this month, please refund me.", {"threshold": 0.5})
+    assert out["preset"] == "support-ticket-routing" and out["preset_version"] == 1
+    team = out["answers"]["team"]
+    assert team["type"] == "choice" and out["act"]["option"] == team["choice"]
+    assert out["act"]["probability"] == pytest.approx(max(team["probabilities"].values()))
+    noul = presets.answer_preset(tiny_decider, "sms-spam", "WIN a free phone now! Text WIN to 80082")
+    assert noul["act"]["option"] in ("yes", "no") and 0 <= noul["answers"]["spam"]["noul"] <= 1
+    with pytest.raises(Exception, match="unknown preset params"):
+        presets.answer_preset(tiny_decider, "sms-spam", "hi", {"temperature": 0.7})
+
+
+def test_eval_on_a_preset_records_its_version(tiny_model_dir, tmp_path):
+    from typed_decisions.cli import main
+
+    data, out = tmp_path / "s.jsonl", tmp_path / "r.json"
+    rows = [{"state": "I love it, best day ever!", "gold": "very positive"}, {"state": "Meh.", "gold": "neutral"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["eval", "--model", str(tiny_model_dir), "--preset", "sentiment-score", "--data", str(data),
+                 "--split", "all", "--threads", "2", "--out", str(out), "-q"]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["preset"] == {"name": "sentiment-score", "version": 1}
+    assert rep["question"]["type"] == "score" and rep["n"] == 2 and "mae" in rep["metrics"]

@@ -1,0 +1,219 @@
+"""Versioned question presets: a worded question plus a policy for acting on its answer.
+
+A preset is a JSON data file in ``typed_decisions/presets/`` (name, version, description, the
+question as an ``evaluation.QuestionSpec`` whose options may carry ``threshold`` and
+``never_auto``, and a default ``policy.threshold``). Wording is part of the contract: answers and
+evaluation numbers hold for one version, so ``presets/_registry.json`` records the content hash of
+every released version::
+
+    {"sms-spam": {"1": "<sha256 of the canonical JSON of version 1>"}, ...}
+
+and ``load_preset`` refuses a shipped preset whose content does not match the hash registered for
+its declared version (an edit without a version bump). Canonical JSON: ``json.dumps(obj,
+sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` of the parsed file, so whitespace and
+key order do not matter. ``typed-decisions presets hash NAME`` prints the line to add after a bump.
+
+Acting automatically (``policy``): with p the (calibrated, if the Decider has a file) option
+probabilities and o* = argmax p,
+
+    act  iff  not never_auto(o*)  and  p[o*] >= threshold(o*)      threshold(o) = option's own, else the preset's
+
+``answer_preset`` is what the server's preset endpoint calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import InvalidRequestError, TypedDecisionsError
+from .evaluation import OptionSpec, QuestionSpec
+
+if TYPE_CHECKING:
+    from .decider import Decider
+
+__all__ = ["Preset", "PresetOption", "PresetQuestion", "Policy", "PresetError", "load_preset", "list_presets",
+           "content_hash", "answer_preset", "decide_action", "main_presets"]
+
+REGISTRY = "_registry.json"
+PARAMS = ("label_mode", "threshold")  # the params answer_preset accepts
+
+
+class PresetError(TypedDecisionsError):
+    """A preset is unknown, malformed, or changed without a version bump."""
+
+
+class PresetOption(OptionSpec):
+    threshold: float | None = Field(None, ge=0, le=1, description="act only if p >= this (default: the policy's)")
+    never_auto: bool = Field(False, description="never act automatically when this option wins")
+
+
+class PresetQuestion(QuestionSpec):
+    options: list[PresetOption] = Field(min_length=2)  # type: ignore[assignment]
+
+
+class Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    threshold: float = Field(0.8, ge=0, le=1, description="default probability needed to act automatically")
+
+
+class Preset(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    version: int = Field(ge=1)
+    description: str = ""
+    question: PresetQuestion
+    policy: Policy = Field(default_factory=Policy)
+    dataset: str | None = Field(None, description="a datasets.py name whose gold labels are this question's options")
+
+    def question_spec(self) -> QuestionSpec:
+        """The question alone (policy fields dropped), for evaluation."""
+        q = self.question.model_dump()
+        q["options"] = [{"name": o["name"], "description": o["description"]} for o in q["options"]]
+        return QuestionSpec.model_validate(q)
+
+
+def content_hash(data: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a preset's parsed content.
+
+    >>> content_hash({"b": 1, "a": "é"}) == content_hash({"a": "é", "b": 1})
+    True
+    """
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _folder() -> Path:
+    return Path(str(resources.files("typed_decisions") / "presets"))
+
+
+def _registry() -> dict[str, dict[str, str]]:
+    return json.loads((_folder() / REGISTRY).read_text(encoding="utf-8"))
+
+
+def list_presets() -> list[str]:
+    """Names of the shipped presets."""
+    return sorted(p.stem for p in _folder().glob("*.json") if not p.name.startswith("_"))
+
+
+def _parse(data: Any, where: str) -> Preset:
+    try:
+        return Preset.model_validate(data)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        raise PresetError(f"{where}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def load_preset(name: str | Path) -> Preset:
+    """A shipped preset by name (content checked against the version registry), or a JSON file path
+    (not checked: your own presets are versioned by you)."""
+    path = Path(name)
+    if path.suffix == ".json" and path.is_file():
+        return _parse(json.loads(path.read_text(encoding="utf-8")), str(path))
+    if str(name) not in list_presets():
+        raise PresetError(f"unknown preset {str(name)!r}; shipped: {', '.join(list_presets())} (or give a .json path)")
+    data = json.loads((_folder() / f"{name}.json").read_text(encoding="utf-8"))
+    preset = _parse(data, f"preset {name}")
+    if preset.name != name:
+        raise PresetError(f"preset file {name}.json declares name {preset.name!r}; they must agree")
+    registered = _registry().get(preset.name, {}).get(str(preset.version))
+    actual = content_hash(data)
+    if registered != actual:
+        raise PresetError(
+            f"preset {name!r} version {preset.version} does not match the hash registered for that version "
+            f"({registered or 'none registered'}; content is {actual}). Wording changes need a new version: "
+            f"bump 'version' and add the hash to presets/{REGISTRY} (typed-decisions presets hash {name})")
+    return preset
+
+
+def decide_action(preset: Preset, probs: np.ndarray, threshold: float | None = None) -> dict[str, Any]:
+    """The policy (module docstring) on option probabilities p, in option order.
+
+    ``threshold`` overrides the preset's default (not the options' own thresholds).
+    """
+    i = int(np.argmax(probs))
+    opt = preset.question.options[i]
+    t = opt.threshold if opt.threshold is not None else (threshold if threshold is not None else preset.policy.threshold)
+    p = float(probs[i])
+    if opt.never_auto:
+        auto, reason = False, f"{opt.name!r} is never acted on automatically"
+    elif p >= t:
+        auto, reason = True, f"p({opt.name}) = {p:.3f} >= {t:g}"
+    else:
+        auto, reason = False, f"p({opt.name}) = {p:.3f} < {t:g}: ask a person"
+    return {"auto": auto, "option": opt.name, "probability": p, "threshold": t, "reason": reason}
+
+
+def answer_preset(decider: Decider, preset_name: str, state: Any,
+                  params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Ask a preset's question about ``state``: {answers, act, preset, preset_version, model}.
+
+    ``params``: ``label_mode`` ("names" | "letters"), ``threshold`` (overrides the preset's default).
+    Calibration is the Decider's (a Decider built with a calibration file applies it here too).
+    """
+    params = dict(params or {})
+    unknown = sorted(set(params) - set(PARAMS))
+    if unknown:
+        raise InvalidRequestError(f"unknown preset params {unknown}; allowed: {list(PARAMS)}", ("params", unknown[0]))
+    threshold = params.get("threshold")
+    if threshold is not None and not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1):
+        raise InvalidRequestError(f"params.threshold must be a number in [0, 1], got {threshold!r}", ("params", "threshold"))
+    preset = load_preset(preset_name)
+    spec = preset.question_spec()
+    request = {"model": decider.name, "state": state, "questions": {spec.name: spec.question()}}
+    response = decider.run(request, label_mode=params.get("label_mode"))
+    ans = response.answers[spec.name]
+    if spec.type == "noul":
+        probs = np.array([ans.noul, 1.0 - ans.noul])  # type: ignore[union-attr]
+    elif spec.type == "choice":
+        probs = np.array([ans.probabilities[o] for o in spec.option_names])  # type: ignore[union-attr]
+    else:
+        probs = np.array([ans.probabilities[str(i)] for i in range(len(spec.options))])  # type: ignore[union-attr]
+    return {"answers": {k: a.model_dump(exclude_none=True) for k, a in response.answers.items()},
+            "act": decide_action(preset, probs, threshold), "preset": preset.name,
+            "preset_version": preset.version, "model": response.model}
+
+
+def main_presets(argv: list[str]) -> int:
+    """``typed-decisions presets list | show NAME | hash NAME | answer NAME --model DIR [STATE | -]``."""
+    p = argparse.ArgumentParser(prog="typed-decisions presets", description="Versioned question presets.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="shipped presets with their versions")
+    sub.add_parser("show", help="print a preset's JSON").add_argument("name")
+    sub.add_parser("hash", help="print a preset file's content hash (for the registry)").add_argument("name")
+    pa = sub.add_parser("answer", help="ask a preset's question about a state")
+    pa.add_argument("name")
+    pa.add_argument("state", nargs="?", default="-", help="the state text; '-' or nothing reads stdin")
+    pa.add_argument("--model", required=True, type=Path)
+    pa.add_argument("--labels", choices=["names", "letters"], default=None)
+    pa.add_argument("--calibration", type=Path, default=None)
+    pa.add_argument("--threshold", type=float, default=None)
+    pa.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.command == "list":
+        for n in list_presets():
+            pr = load_preset(n)
+            print(f"{pr.name:<24} v{pr.version}  {pr.question.type:<6}  {pr.description}")
+    elif args.command == "show":
+        print(load_preset(args.name).model_dump_json(indent=2, exclude_none=True))
+    elif args.command == "hash":
+        path = Path(args.name) if args.name.endswith(".json") else _folder() / f"{args.name}.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        print(json.dumps({data["name"]: {str(data["version"]): content_hash(data)}}))
+    else:
+        from .decider import Decider
+
+        state = sys.stdin.read() if args.state == "-" else args.state
+        decider = Decider.from_dir(args.model, threads=args.threads, calibration=args.calibration)
+        params = {k: v for k, v in (("label_mode", args.labels), ("threshold", args.threshold)) if v is not None}
+        print(json.dumps(answer_preset(decider, args.name, state, params), indent=2, ensure_ascii=False))
+    return 0
