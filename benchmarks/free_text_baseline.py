@@ -1,0 +1,86 @@
+"""Free-text baseline: the same model, the same prompt, but generated text instead of label logits.
+
+The runtime never generates (typed_decisions/ has no sampling code and never imports torch), so
+this baseline lives here and uses transformers + torch. For each row it builds the exact prompt the
+runtime builds (the export's tokenizer and chat template, typed_decisions' Compiler, ``names``
+labels), generates up to ``--max-new-tokens`` tokens greedily, and maps the text to an option:
+
+    parse(text) = the option whose name (or, for score, level number) the stripped, lower-cased
+                  text starts with; longest name first; otherwise "unparsed" (counted as wrong)
+
+Reported: accuracy, the unparsed rate, and the label-logit accuracy on the same rows when
+``--report`` points at an ``eval`` report of the same dataset, split and limit.
+
+    python benchmarks/free_text_baseline.py --export DIR --weights GGUF_OR_HF_DIR --dataset sms-spam --limit 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--export", required=True, type=Path, help="exported model dir (tokenizer + chat template)")
+    p.add_argument("--weights", required=True, type=Path, help="the same model for transformers: a .gguf or HF folder")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--split", default="test")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--report", type=Path, default=None, help="an eval --out report to compare with")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from typed_decisions.artifacts import load_artifacts
+    from typed_decisions.compiler import Compiler
+    from typed_decisions.datasets import load_dataset
+    from typed_decisions.decider import parse_request
+    from typed_decisions.tokenization import ChatTemplate, TextTokenizer
+
+    art = load_artifacts(args.export, verify=False)
+    tok = TextTokenizer(art.tokenizer_path, art.tokenizer_info)
+    compiler = Compiler(tok, ChatTemplate(art.chat_template, tok))
+    ds = load_dataset(args.dataset, args.split, args.limit)  # type: ignore[arg-type]
+    spec = ds.question
+    if args.weights.suffix == ".gguf":
+        model = AutoModelForCausalLM.from_pretrained(args.weights.parent, gguf_file=args.weights.name,
+                                                     dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(args.weights, dtype=torch.float32)
+    model.eval()
+    shown = ([str(i) for i in range(len(spec.options))] if spec.type == "score" else spec.option_names)
+    order = sorted(range(len(shown)), key=lambda i: -len(shown[i]))
+    hits, unparsed, outputs = 0, 0, []
+    t0 = time.perf_counter()
+    for n, row in enumerate(ds.rows):
+        req = parse_request({"model": art.name, "state": spec.state(row, n), "questions": {spec.name: spec.question()}})
+        comp = compiler.compile(req, label_mode="names")
+        ids = list(comp.prefix_ids + comp.questions[0].suffix_ids)
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False)
+        text = tok.decode(out[0, len(ids):].tolist()).strip().lower()
+        pred = next((i for i in order if text.startswith(shown[i].lower())), None)
+        gold = spec.gold_index(row, n)
+        unparsed += pred is None
+        hits += pred == gold
+        outputs.append({"text": text, "pred": pred, "gold": gold})
+    n = len(ds.rows)
+    res = {"dataset": args.dataset, "split": args.split, "n": n, "accuracy": hits / n, "unparsed_rate": unparsed / n,
+           "seconds": round(time.perf_counter() - t0, 1), "max_new_tokens": args.max_new_tokens, "outputs": outputs}
+    if args.report:
+        rep = json.loads(args.report.read_text())
+        res["label_logit_accuracy"] = rep["metrics"]["accuracy"] if rep["n"] == n else None
+    print(json.dumps({k: v for k, v in res.items() if k != "outputs"}, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(res, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
