@@ -16,9 +16,8 @@ QUESTIONS = {
     "severity": {"type": "score", "instructions": "How severe is the problem?",
                  "criteria": ["minor", "moderate", "critical"]},
 }
-TICKETS = ["I was charged twice this month.",
-           [HumanMessage("The app crashes on login."), AIMessage("Which version?"), HumanMessage("4.2")],
-           {"subject": "Invoice", "body": "Wrong VAT number"}]
+TICKETS = [[HumanMessage("The app crashes on login."), AIMessage("Which version?"), HumanMessage("4.2")],
+           {"subject": "Invoice", "body": "I was charged twice this month."}]
 
 
 def test_decision_runnable_batch_equals_single(tiny_decider) -> None:
