@@ -16,11 +16,16 @@ import gzip
 import hashlib
 import json
 import math
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -554,7 +559,7 @@ def _check_sdk_response(result, decider_name: str) -> None:
     assert result.request_id.startswith("req_")
 
 
-def _sdk_client_suite(decider: Any, state: str) -> dict[str, Any]:
+def _sdk_client_suite(decider: Any, state: str, n_async: int = 3) -> dict[str, Any]:
     """Sync + async SDK clients, with and without zstd; error classes. Returns the answers."""
     sdk = pytest.importorskip("typesafe_sdk")
     no_retry = sdk.RetryPolicy(max_retries=0)
@@ -582,7 +587,7 @@ def _sdk_client_suite(decider: Any, state: str) -> dict[str, Any]:
             async with sdk.AsyncTypeSafeClient(api_key="sk-test", base_url=url, retry=no_retry,
                                                timeout=60) as client:
                 results = await asyncio.gather(*(client.system_one(state, _sdk_questions(sdk))
-                                                 for _ in range(3)))
+                                                 for _ in range(n_async)))
                 models = await client.models.list()
                 return results, models
 
@@ -590,7 +595,7 @@ def _sdk_client_suite(decider: Any, state: str) -> dict[str, Any]:
         for result in results:
             _check_sdk_response(result, decider.name)
         answers["async"] = results[0].model_dump(mode="json")["answers"]
-        assert len({r.request_id for r in results}) == 3
+        assert len({r.request_id for r in results}) == n_async
     return answers
 
 
@@ -605,7 +610,7 @@ def test_sdk_against_fake_model():
 
 def test_sdk_against_tiny_real_model(tiny_decider):
     long_state = "I was charged twice for my subscription this month. " * 30
-    answers = _sdk_client_suite(tiny_decider, long_state)
+    answers = _sdk_client_suite(tiny_decider, long_state, n_async=2)
     for name in ("team", "urgent", "severity"):
         a, b, c = (answers[k][name] for k in ("sync-zstd", "sync-False", "async"))
         assert a.keys() == b.keys() == c.keys()
@@ -616,8 +621,7 @@ def _probabilities(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_real_model_micro_batched_equals_one_by_one(tiny_decider):
-    requests = [_request(s) for s in ("I was charged twice.", "The app crashes at login.",
-                                      "Please cancel my plan.", "Where is my invoice for May?")]
+    requests = [_request(s) for s in ("I was charged twice.", "The app crashes at login.")]
     requests.append({**_request("Tell me about the weather."),
                      "questions": {"tone": {"type": "choice", "criteria": {"calm": None, "angry": None}}}})
     one_by_one = [tiny_decider.run(r).model_dump(mode="json") for r in requests]
@@ -654,3 +658,114 @@ def test_real_model_errors_map_to_422(tiny_decider):
         metrics = c.get("/metrics").text
     computed = [l for l in metrics.splitlines() if l.startswith("typed_decisions_tokens_computed_total")]
     assert computed and float(computed[0].split()[-1]) > 0
+
+
+# --------------------------------------------------------------------------- no 5xx for bad input
+
+
+def _mutations(value: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    """Every leaf and container of ``value`` replaced by wrong-typed values, or deleted (None)."""
+    for bad in (None, 0, 1.5, True, "", "x", [], {}, [None], {"": None}):
+        yield path, bad
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        yield from _mutations(child, (*path, key))
+
+
+def _mutated(path: tuple, bad: Any) -> Any:
+    doc = json.loads(json.dumps(REQUEST))
+    if not path:
+        return bad
+    *head, last = path
+    target = doc
+    for key in head:
+        target = target[key]
+    target[last] = bad
+    return doc
+
+
+def test_malformed_requests_are_4xx_never_5xx():
+    cases = list(_mutations(REQUEST))
+    assert len(cases) > 150
+    with _client() as c:
+        for path, bad in cases:
+            r = c.post("/v1/systemone", json=_mutated(path, bad))
+            assert r.status_code < 500, (path, bad, r.text)
+            if r.status_code != 200:
+                assert r.status_code in (404, 422), (path, bad, r.text)
+                _detail(r)
+
+
+# --------------------------------------------------------------------------- the CLI, as deployed
+
+
+def _serve(cmd: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """``typed-decisions serve`` in a subprocess on a free port; returns once /readyz is 200."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([*cmd, "--host", "127.0.0.1", "--port", str(port), "--threads", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"serve exited {proc.returncode}:\n{proc.stdout.read() if proc.stdout else ''}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return proc, url
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail("serve did not become ready within 120 s")
+
+
+def _sigterm_while_busy(proc: subprocess.Popen[str], url: str, headers: dict[str, str]) -> list[int]:
+    """Three requests in flight, then SIGTERM: returns their statuses; the shutdown must be clean."""
+
+    async def scenario() -> list[int]:
+        async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
+            tasks = [asyncio.create_task(client.post("/v1/systemone", json=_request(f"ticket {i}")))
+                     for i in range(3)]
+            await asyncio.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            return [(await t).status_code for t in tasks]
+
+    try:
+        codes = asyncio.run(scenario())
+        # uvicorn re-raises the signal after its graceful shutdown: exit by SIGTERM is the clean exit
+        assert proc.wait(60) in (0, -signal.SIGTERM)
+        assert proc.stdout is not None and "Application shutdown complete" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return codes
+
+
+def test_cli_serve_drains_on_sigterm(tiny_model_dir, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("ci sk-ci\n")
+    proc, url = _serve([sys.executable, "-m", "typed_decisions.cli", "serve", "--model", str(tiny_model_dir),
+                        "--alias", "jev-latest", "--alias", "house"],
+                       env={"TYPED_DECISIONS_API_KEYS_FILE": str(keys), "TYPED_DECISIONS_MAX_WAIT_MS": "20"})
+    auth = {"Authorization": "Bearer sk-ci"}
+    models = httpx.get(url + "/v1/models", headers=auth).json()["models"]
+    assert [m["name"] for m in models][1:] == ["jev-latest", "house"]
+    assert httpx.post(url + "/v1/systemone", json=REQUEST).status_code == 401
+    assert _sigterm_while_busy(proc, url, auth) == [200, 200, 200]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("TYPED_DECISIONS_DEPLOY_TEST"),
+                    reason="installs the runtime into a fresh venv from PyPI; set TYPED_DECISIONS_DEPLOY_TEST=1")
+def test_fresh_runtime_only_venv_serves_the_tiny_export(tiny_model_dir, tmp_path):
+    """Deployment as docs/deploy.md describes it: the runtime + [server] only, no torch."""
+    root = Path(__file__).resolve().parents[1]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", f"{root}[server]"], check=True)
+    probe = "import importlib.util as u; print(u.find_spec('torch') is None and u.find_spec('transformers') is None)"
+    assert subprocess.run([str(py), "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "True"
+    proc, url = _serve([str(venv / "bin" / "typed-decisions"), "serve", "--model", str(tiny_model_dir)])
+    assert _sigterm_while_busy(proc, url, {}) == [200, 200, 200]

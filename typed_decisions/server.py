@@ -436,7 +436,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``typed-decisions serve``: load the model, serve until SIGINT/SIGTERM, drain, exit 0."""
+    """``typed-decisions serve``: load the model, serve until SIGINT/SIGTERM, drain, exit.
+
+    After draining, uvicorn re-raises the signal, so the process ends *by* SIGTERM (which systemd
+    and Kubernetes count as a clean stop); a stop by other means returns 0."""
     import uvicorn
 
     from .decider import Decider
