@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from typed_decisions import presets
+from typed_decisions.errors import InvalidRequestError
 from typed_decisions.presets import PresetError, content_hash, decide_action, load_preset
 
 
@@ -68,8 +69,10 @@ def test_answer_preset_on_the_tiny_model(tiny_decider):
     assert out["act"]["probability"] == pytest.approx(max(team["probabilities"].values()))
     noul = presets.answer_preset(tiny_decider, "sms-spam", "WIN a free phone now! Text WIN to 80082")
     assert noul["act"]["option"] in ("yes", "no") and 0 <= noul["answers"]["spam"]["noul"] <= 1
-    with pytest.raises(Exception, match="unknown preset params"):
+    with pytest.raises(InvalidRequestError, match="unknown preset params"):
         presets.answer_preset(tiny_decider, "sms-spam", "hi", {"temperature": 0.7})
+    with pytest.raises(InvalidRequestError, match="unknown preset"):  # names only, never a path
+        presets.answer_preset(tiny_decider, str(presets._folder() / "sms-spam.json"), "hi")
 
 
 def test_eval_on_a_preset_records_its_version(tiny_model_dir, tmp_path):

@@ -158,12 +158,19 @@ def answer_preset(decider: Decider, preset_name: str, state: Any,
     """Ask a preset's question about ``state``: {answers, act, preset, preset_version, model}.
 
     ``params``: ``label_mode`` ("names" | "letters"), ``threshold`` (overrides the preset's default).
+    Only shipped preset names are accepted (never a path); bad names and params raise
+    ``InvalidRequestError`` (HTTP 422) naming the field.
     Calibration is the Decider's (a Decider built with a calibration file applies it here too).
     """
     params = dict(params or {})
     unknown = sorted(set(params) - set(PARAMS))
     if unknown:
         raise InvalidRequestError(f"unknown preset params {unknown}; allowed: {list(PARAMS)}", ("params", unknown[0]))
+    if preset_name not in list_presets():  # shipped names only: a server must never open a client's path
+        raise InvalidRequestError(f"unknown preset {preset_name!r}; shipped: {', '.join(list_presets())}", ("preset",))
+    if params.get("label_mode", "names") not in ("names", "letters"):
+        raise InvalidRequestError(f"params.label_mode must be 'names' or 'letters', got {params['label_mode']!r}",
+                                  ("params", "label_mode"))
     threshold = params.get("threshold")
     if threshold is not None and not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1):
         raise InvalidRequestError(f"params.threshold must be a number in [0, 1], got {threshold!r}", ("params", "threshold"))
