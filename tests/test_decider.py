@@ -1,0 +1,75 @@
+"""Decider behaviour beyond the oracle: calibration is applied visibly, confidence selection, batching."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from typed_decisions import Choice, Decider, Noul, Score
+from typed_decisions.calibration import CalibrationFile, TypeCalibration, calibrate
+from typed_decisions.reducers import confidence
+
+STATE = "The checkout page throws an error 500 since this morning, customers cannot pay."
+QUESTIONS = {
+    "team": Choice(instructions="Which team?", criteria={"billing": None, "technical": "Bugs, errors", "sales": None}),
+    "urgent": Noul(instructions="Is it urgent?"),
+    "sev": Score(criteria=["low", "medium", "high"]),
+}
+
+
+def test_typed_python_api(tiny_decider):
+    resp = tiny_decider.decide(STATE, QUESTIONS)
+    assert resp.answers["team"].type == "choice" and resp.answers["urgent"].type == "noul"
+    assert 0 <= resp.answers["sev"].score <= 2
+    assert all(a.calibration is None for a in resp.answers.values())
+
+
+def test_calibration_file_is_applied_and_visible(tiny_model_dir, tiny_decider, tmp_path):
+    cal = CalibrationFile(model="smollm2-135m", created="2026-11-30T00:00:00Z",
+                          per_type={"choice": TypeCalibration(temperature=2.5),
+                                    "noul": TypeCalibration(temperature=0.5, contextual=True)},
+                          content_free_state="N/A")
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    calibrated = Decider.from_dir(tiny_model_dir, threads=2, calibration=path)
+    raw = tiny_decider.probabilities({"model": "m", "state": STATE, "questions": {
+        k: v.model_dump(exclude_none=True) for k, v in QUESTIONS.items()}})
+    cf = tiny_decider.probabilities({"model": "m", "state": "N/A", "questions": {
+        "urgent": QUESTIONS["urgent"].model_dump(exclude_none=True)}})
+    resp = calibrated.decide(STATE, QUESTIONS)
+    expected_team = calibrate(raw["team"], 2.5)
+    np.testing.assert_allclose(list(resp.answers["team"].probabilities.values()), expected_team, atol=1e-9)
+    assert resp.answers["urgent"].noul == pytest.approx(calibrate(raw["urgent"], 0.5, cf["urgent"])[0], abs=1e-9)
+    assert "T=2.5" in resp.answers["team"].calibration
+    assert "contextual" in resp.answers["urgent"].calibration
+    assert resp.answers["sev"].calibration is None  # score not in the file: untouched
+    np.testing.assert_allclose(list(resp.answers["sev"].probabilities.values()), raw["sev"], atol=1e-9)
+    assert "calibration" not in resp.model_dump_json()  # the wire format stays strict
+
+
+@pytest.mark.parametrize("kind", ["typesafe", "bonsai", "entropy"])
+def test_confidence_formula_is_selectable(tiny_model_dir, kind):
+    d = Decider.from_dir(tiny_model_dir, threads=2, confidence=kind)
+    resp = d.decide(STATE, {"team": QUESTIONS["team"]})
+    p = np.array(list(resp.answers["team"].probabilities.values()))
+    assert resp.answers["team"].confidence == pytest.approx(confidence(p, kind), abs=1e-12)
+
+
+def test_run_many_equals_one_by_one(tiny_decider):
+    reqs = [{"model": "m", "state": s, "questions": {k: v.model_dump(exclude_none=True) for k, v in QUESTIONS.items()}}
+            for s in [STATE, "Please cancel my subscription.", STATE]]
+    together = tiny_decider.run_many(reqs)
+    for req, resp in zip(reqs, together):
+        alone = tiny_decider.run(req)
+        for name in QUESTIONS:
+            a, b = alone.answers[name].model_dump(), resp.answers[name].model_dump()
+            for key in a:
+                if isinstance(a[key], dict):
+                    for k in a[key]:
+                        if isinstance(a[key][k], float):
+                            assert b[key][k] == pytest.approx(a[key][k], abs=1e-5)
+                elif isinstance(a[key], float):
+                    assert b[key] == pytest.approx(a[key], abs=1e-5)
+                else:
+                    assert a[key] == b[key]
+        assert alone.usage == resp.usage
