@@ -26,6 +26,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -93,7 +94,7 @@ def error_response(error: TypedDecisionsError) -> JSONResponse:
         detail = [{"loc": list(loc), "msg": str(error), "type": kind}]
     headers = {}
     if isinstance(error, ServerBusyError):
-        headers = {"retry-after": str(max(1, round(error.retry_after_s + 0.499))),
+        headers = {"retry-after": str(max(1, math.ceil(error.retry_after_s))),
                    "retry-after-ms": str(max(1, int(error.retry_after_s * 1000)))}
     if isinstance(error, AuthenticationError):
         headers["www-authenticate"] = "Bearer"
