@@ -9,7 +9,8 @@ import typed_decisions
 
 RUNTIME_MODULES = ["typed_decisions", "typed_decisions.cli", "typed_decisions.engine",
                    "typed_decisions.decider", "typed_decisions.server", "typed_decisions.compiler",
-                   "typed_decisions.models", "typed_decisions.artifacts"]
+                   "typed_decisions.models", "typed_decisions.artifacts",
+                   "typed_decisions.client"]
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:

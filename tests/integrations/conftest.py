@@ -10,6 +10,12 @@ import pytest
 from td_fakes import FakeDecider
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Declared here too so that --strict-markers accepts the filterwarnings marks of the LangChain
+    # standard tests when the warnings plugin is off (``-p no:warnings``); harmless otherwise.
+    config.addinivalue_line("markers", "filterwarnings(warning): ignore a warning (warnings plugin)")
+
+
 @pytest.fixture
 def fake_decider() -> FakeDecider:
     return FakeDecider()

@@ -7,7 +7,8 @@
   options go to a fallback; returns ``RoutedResult``.
 - ``choice_edge``: the same rule as a LangGraph conditional edge.
 - ``DecisionTool``: ``runnable.as_tool()`` for agents.
-- ``LocalBackend`` / ``RemoteBackend``: the engine in-process or a server over HTTP.
+- ``LocalBackend`` / ``RemoteBackend``: the engine in-process or a server over HTTP
+  (``typed_decisions.client``, re-exported).
 """
 
 from importlib.metadata import PackageNotFoundError, version

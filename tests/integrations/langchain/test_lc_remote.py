@@ -1,4 +1,6 @@
-"""Remote mode: the same Runnables over HTTP (System One wire format), against httpx.MockTransport."""
+"""Remote mode: the same Runnables over HTTP (System One wire format), against httpx.MockTransport.
+
+The backend itself (error mapping, headers, async) is tested once, in tests/test_client.py."""
 
 from __future__ import annotations
 
@@ -7,8 +9,8 @@ import json
 
 import httpx
 import pytest
-from langchain_typed_decisions import ChoiceRunnable, DecisionRunnable, RemoteBackend
-from typed_decisions.errors import AuthenticationError, InvalidRequestError, ServerBusyError
+from langchain_typed_decisions import ChoiceRunnable, DecisionRunnable
+from typed_decisions.errors import InvalidRequestError, ServerBusyError
 
 TEAM = {"type": "choice", "criteria": {"billing": None, "tech": None}}
 
@@ -52,18 +54,12 @@ def test_key_from_environment(fake_decider, monkeypatch: pytest.MonkeyPatch) -> 
     assert team.invoke("billing") == "billing"
 
 
-def test_http_errors_become_runtime_errors(fake_decider) -> None:
+
+def test_server_errors_reach_the_caller_unwrapped(fake_decider) -> None:
     seen: list[httpx.Request] = []
-    backend = RemoteBackend("http://td.test", "fake", api_key="k-1",
-                            client_kwargs={"transport": server(fake_decider, seen)})
-    req = {"model": "fake", "questions": {"team": TEAM}}
-    with pytest.raises(InvalidRequestError) as e:
-        backend.run_many([{**req, "state": "bad"}])
-    assert e.value.loc == ("questions", "team", "criteria") and e.value.msg == "needs an option"
-    with pytest.raises(ServerBusyError) as busy:
-        backend.run_many([{**req, "state": "busy"}])
-    assert busy.value.retry_after_s == 3.0
-    wrong = RemoteBackend("http://td.test", "fake", api_key="nope",
+    team = ChoiceRunnable(base_url="http://td.test", model="fake", api_key="k-1", question=TEAM,
                           client_kwargs={"transport": server(fake_decider, seen)})
-    with pytest.raises(AuthenticationError, match="check api_key"):
-        asyncio.run(wrong.arun_many([{**req, "state": "x"}]))
+    with pytest.raises(InvalidRequestError, match="needs an option"):
+        team.invoke("bad")
+    with pytest.raises(ServerBusyError):
+        asyncio.run(team.abatch(["tech", "busy"]))
