@@ -91,11 +91,3 @@ def test_cli_int8_in_place_with_force(tiny_folders, tmp_path, capsys):
     assert set(manifest["files"]) == {p.name for p in out.iterdir() if p.name != "manifest.json"}
     assert not (out / "model.onnx").exists()
     assert manifest["self_check"]["graph"].startswith("model.onnx (float32")
-
-
-def test_cli_errors(tmp_path, capsys):
-    assert main(["/no/such/model.gguf", "--out", str(tmp_path / "o"), "--quiet"]) == 1
-    assert "no such file" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        main(["x", "--out", str(tmp_path / "o"), "--quantize", "int4"])
-    assert e.value.code == 2
