@@ -306,6 +306,14 @@ class Service:
 # --------------------------------------------------------------------------- the app
 
 
+class PresetRequest(BaseModel):
+    """Body of ``POST /v1/presets/{name}``: the state, and optional ``label_mode`` / ``threshold``."""
+
+    model_config = {"extra": "forbid"}
+    state: str | dict[str, Any] | list[Any]
+    params: dict[str, Any] = {}
+
+
 def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
     """FastAPI's schema plus the DecisionRequest body (the handler reads the raw body itself)."""
 
@@ -387,6 +395,28 @@ def create_app(decider_or_factory: Any, *, settings: ServerSettings | None = Non
         date = service.release_date()
         return ModelList(models=[ModelInfo(name=n, description=description, release_date=date)
                                  for n in service.names])
+
+    @app.get("/v1/presets", responses={401: {"model": ErrorBody}},
+             summary="The versioned question presets this server can answer")
+    async def presets(request: Request) -> dict[str, Any]:
+        from .presets import list_presets, load_preset
+
+        service.authenticate(request)
+        items = [load_preset(n) for n in list_presets()]
+        return {"presets": [{"name": p.name, "version": p.version, "type": p.question.type,
+                             "description": p.description} for p in items]}
+
+    @app.post("/v1/presets/{name}", responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+              summary="Ask a preset's question about a state: answers, the act flag, the preset version")
+    async def preset(name: str, body: PresetRequest, request: Request) -> dict[str, Any]:
+        # A separate endpoint, so /v1/systemone stays strictly the System One wire format.
+        from .presets import answer_preset
+
+        service.authenticate(request)
+        service.check_accepting()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(service.executor, answer_preset, service.decider, name,
+                                          body.state, body.params)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
