@@ -45,10 +45,12 @@ def test_default_model_exports_and_self_checks(default_export):
 
 
 def test_default_model_int8_within_threshold(default_export, tmp_path):
-    """The colleague's 0.5B measurement (<= 0.05, no flips) predicts the 1.5B passes the threshold."""
+    """Measured 2026-11-30: max |dp| 0.087, one near-tie flip (not decisive), so INT8 passes."""
     src, _ = default_export
     try:
         manifest = quantize_export(src, tmp_path / "int8")
     except QuantizationError as e:
         pytest.fail(f"INT8 refused on the default model: {e}")
-    assert manifest["quantization"]["passed"]
+    q = manifest["quantization"]
+    assert q["passed"] and not q["forced"]
+    assert q["drift"]["max_abs_prob"] <= 0.10 and q["drift"]["decisive_flips"] == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
 import pytest
 
 import typed_decisions_export.quantize as quantize_mod
@@ -37,8 +38,13 @@ def test_smollm2_int8_drift_is_measured_and_judged(smollm2_int8):
     assert drift["probes"] == 8 and drift["candidates"] == 5
     assert 0.0 <= drift["max_abs_prob"] <= 1.0 and 0 <= drift["top1_flips"] <= 8
     # The verdict follows the stated threshold, and `forced` says when it was overridden.
-    within = drift["max_abs_prob"] <= q["threshold"]["max_abs_prob"] and drift["top1_flips"] <= q["threshold"]["top1_flips"]
+    within = drift["max_abs_prob"] <= q["threshold"]["max_abs_prob"] and drift["decisive_flips"] <= q["threshold"]["decisive_flips"]
     assert q["passed"] is within and q["forced"] is (not within)
+    # The recorded tables reproduce the recorded numbers (decisive = float32 margin >= 0.20).
+    p32, p8 = np.array(q["probabilities"]["float32"]), np.array(q["probabilities"]["int8"])
+    assert p32.shape == p8.shape == (8, 5)
+    assert abs(np.abs(p32 - p8).max() - drift["max_abs_prob"]) < 1e-3
+    assert int((p32.argmax(1) != p8.argmax(1)).sum()) == drift["top1_flips"] >= drift["decisive_flips"]
     # A quantization that broke the model (wrong scales, a quantized LM path gone wrong) moves
     # probabilities by ~1 and flips most answers; the measured drift must stay well clear of that.
     assert drift["max_abs_prob"] < 0.35 and drift["top1_flips"] <= 2
@@ -71,7 +77,7 @@ def test_drift_above_threshold_is_refused(tiny_exports, tmp_path, monkeypatch):
     float32 source untouched."""
     src, manifest = tiny_exports["qwen2"]
     before = (src / "manifest.json").read_text()
-    monkeypatch.setattr(quantize_mod, "THRESHOLD", {"max_abs_prob": -1.0, "top1_flips": 0})
+    monkeypatch.setattr(quantize_mod, "THRESHOLD", {"max_abs_prob": -1.0, "decisive_flips": 0})
     out = tmp_path / "int8"
     with pytest.raises(QuantizationError, match="drift above threshold"):
         quantize_export(src, out, progress=False)
@@ -91,3 +97,42 @@ def test_cli_int8_in_place_with_force(tiny_folders, tmp_path, capsys):
     assert set(manifest["files"]) == {p.name for p in out.iterdir() if p.name != "manifest.json"}
     assert not (out / "model.onnx").exists()
     assert manifest["self_check"]["graph"].startswith("model.onnx (float32")
+
+
+def test_streaming_quantizer_equals_onnxruntime_quantize_dynamic(smollm2_export, tmp_path):
+    """Oracle: int8_matmul writes the graph quantize_dynamic writes (per-channel, MatMul weights,
+    down_proj excluded), so ONNX Runtime computes identical probabilities from both."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from typed_decisions_export.int8_matmul import quantize_matmuls
+    from typed_decisions_export.ort_backbone import OrtBackbone
+
+    src, manifest = smollm2_export
+    nodes, _ = quantize_mod._excluded_nodes(src / "model.onnx")
+    assert quantize_matmuls(src / "model.onnx", tmp_path / "mine.onnx", exclude=set(nodes), log=lambda m: None) == 180  # 30 layers x 6
+    quantize_dynamic(
+        src / "model.onnx", tmp_path / "ort.onnx", op_types_to_quantize=["MatMul"], per_channel=True,
+        weight_type=QuantType.QInt8, nodes_to_exclude=nodes, use_external_data_format=True,
+        extra_options={"MatMulConstBOnly": True},
+    )
+    ids = [1, 9690, 198, 2683, 359, 253, 5356, 2, 198, 1, 4093, 198, 59, 2, 198, 1, 520, 9531, 198]
+    mine, _ = OrtBackbone(tmp_path / "mine.onnx").prefill(ids)
+    ref, _ = OrtBackbone(tmp_path / "ort.onnx").prefill(ids)
+    np.testing.assert_allclose(mine, ref, rtol=0, atol=1e-5)
+
+
+def test_weight_quantization_matches_onnxruntime_per_channel():
+    from onnx import TensorProto
+    from onnxruntime.quantization.quant_utils import quantize_data
+
+    from typed_decisions_export.int8_matmul import quantize_weight_per_column
+
+    w = np.random.default_rng(0).normal(size=(64, 24)).astype(np.float32)  # (K, N)
+    w[:, 3] = 0.0  # an all-zero column must not divide by zero
+    q, scale = quantize_weight_per_column(w)
+    for n in range(w.shape[1]):
+        zp, s, ref = quantize_data(w[:, n], TensorProto.INT8, symmetric=True)
+        assert int(zp) == 0
+        if n != 3:
+            assert np.isclose(scale[n], s, rtol=1e-6)
+        np.testing.assert_array_equal(q[:, n], ref)
