@@ -19,6 +19,10 @@ Work is shared in two ways:
 Dynamic INT8 models quantize activations with a per-tensor scale computed per ``run``: batching
 rows together would make one row's answer depend on its neighbours, so quantized models run one
 row per call (``max_batch_rows=1``) and results stay independent of how requests are batched.
+(They still depend on where a cached prefix ends — the scales of a prefix step differ from those
+of a full prefill — by up to 0.085 in probability on the 1.5B model; see docs/export.md.)
+Sliding-window models run one row per call too: their window counts cache slots, which padding
+would shift.
 """
 
 from __future__ import annotations
@@ -244,8 +248,11 @@ class Engine:
         arch = artifacts.architecture
         self.logit_scale = float(arch.logit_scale or 1.0)
         self.softcap = arch.final_logit_softcapping
-        quantized = artifacts.quantization is not None
-        self.max_batch_rows = max_batch_rows or (1 if quantized else 32)
+        # One row per run where batching would change a row's result: dynamic INT8 (per-run
+        # activation scales) and sliding-window attention (the window counts cache slots, so the
+        # padding slots of a batched row would shift it).
+        exact_alone = artifacts.quantization is not None or bool(arch.sliding_window)
+        self.max_batch_rows = max_batch_rows or (1 if exact_alone else 32)
         self.max_batch_tokens = max_batch_tokens
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[bytes, tuple[KVRows, np.ndarray | None]] = OrderedDict()
