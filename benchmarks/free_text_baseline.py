@@ -22,6 +22,37 @@ import time
 from pathlib import Path
 
 
+def load_torch_model(weights: Path):
+    """The same weights in transformers, float32, eval mode: a .gguf file (de-quantized) or an HF folder."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if weights.suffix == ".gguf":
+        model = AutoModelForCausalLM.from_pretrained(weights.parent, gguf_file=weights.name, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
+    return model.eval()
+
+
+def generate_text(model, tok, ids: list[int], max_new_tokens: int) -> str:
+    """Greedy continuation of one prompt (token ids), decoded, stripped and lower-cased."""
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False)
+    return tok.decode(out[0, len(ids):].tolist()).strip().lower()
+
+
+def parse_answer(text: str, shown: list[str]) -> int | None:
+    """Index of the option whose shown name the text starts with, longest name first; else None.
+
+    >>> parse_answer("billing, because", ["bill", "billing"])
+    1
+    """
+    order = sorted(range(len(shown)), key=lambda i: -len(shown[i]))
+    return next((i for i in order if text.startswith(shown[i].lower())), None)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--export", required=True, type=Path, help="exported model dir (tokenizer + chat template)")
@@ -34,9 +65,6 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
 
-    import torch
-    from transformers import AutoModelForCausalLM
-
     from typed_decisions.artifacts import load_artifacts
     from typed_decisions.compiler import Compiler
     from typed_decisions.datasets import load_dataset
@@ -48,24 +76,16 @@ def main() -> int:
     compiler = Compiler(tok, ChatTemplate(art.chat_template, tok))
     ds = load_dataset(args.dataset, args.split, args.limit)  # type: ignore[arg-type]
     spec = ds.question
-    if args.weights.suffix == ".gguf":
-        model = AutoModelForCausalLM.from_pretrained(args.weights.parent, gguf_file=args.weights.name,
-                                                     dtype=torch.float32)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(args.weights, dtype=torch.float32)
-    model.eval()
+    model = load_torch_model(args.weights)
     shown = ([str(i) for i in range(len(spec.options))] if spec.type == "score" else spec.option_names)
-    order = sorted(range(len(shown)), key=lambda i: -len(shown[i]))
     hits, unparsed, outputs = 0, 0, []
     t0 = time.perf_counter()
     for n, row in enumerate(ds.rows):
         req = parse_request({"model": art.name, "state": spec.state(row, n), "questions": {spec.name: spec.question()}})
         comp = compiler.compile(req, label_mode="names")
         ids = list(comp.prefix_ids + comp.questions[0].suffix_ids)
-        with torch.no_grad():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False)
-        text = tok.decode(out[0, len(ids):].tolist()).strip().lower()
-        pred = next((i for i in order if text.startswith(shown[i].lower())), None)
+        text = generate_text(model, tok, ids, args.max_new_tokens)
+        pred = parse_answer(text, shown)
         gold = spec.gold_index(row, n)
         unparsed += pred is None
         hits += pred == gold

@@ -1,0 +1,722 @@
+"""Benchmarks against the alternatives: the same weights and the same requests in one process.
+
+Peers (every one gets exactly the token ids our compiler builds):
+
+- ``reference``: what a user would write with transformers/PyTorch — every readout context (prefix
+  + question suffix + label-trie node prefix) as a full prompt, all of a request's contexts in
+  left-padded batches, no KV reuse, ``last_hidden_state[:, -1] @ lm_head[allowed].T``, then the
+  same chain rule (``readout.option_probabilities``). Also the oracle: its probabilities are
+  compared with ours (``max_abs_dp``).
+- ``free_text``: transformers greedy generation of each question's answer (names prompt), parsed
+  (``free_text_baseline.generate_text`` / ``parse_answer``).
+- ``llama_cpp``: llama-cpp-python on the GGUF (Q4_K_M weights), logits of the allowed tokens after
+  each context, re-using its own KV for the common prefix with the previous context (as its
+  ``generate`` does). Only if ``import llama_cpp`` works.
+- ``ours``: Decider fp32 / INT8 × names / letters × cross-request cache off / warm ("warm": the
+  state was seen by an earlier request with another question; cache cleared and re-warmed per trial).
+
+Workloads: W1 one noul about a ~100-token state; W2 choice-of-5 + noul + score-of-5 about a
+~300-token state; W3 a 20-option choice; W4 a 200-option choice and, for the ratio, W4-5: a
+5-option choice of the same kind about the same state.
+
+Also measured in the same run: matmul peaks (torch fp32/bf16/int8 and ONNX Runtime fp32/int8, 2048³
+GEMMs on the benchmark's threads), prefill GFLOP/s = 2·params·tokens/time (params: the backbone's
+matmul weights, no embedding; attention score FLOPs not counted), ORT op types by time for the
+INT8 (and fp32) prefill (session profiling), peak RSS per phase, the load average.
+
+    python benchmarks/bench.py --model tiny --trials 5
+    python benchmarks/bench.py --model default --trials 3 --out benchmarks/results/default.json
+
+The last line printed is one JSON object of ratios (peer median / ours median; > 1 = ours faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from free_text_baseline import generate_text, load_torch_model, parse_answer  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# --------------------------------------------------------------------------- measuring
+
+
+class RssSampler:
+    """Peak resident memory per phase, sampled every 10 ms from /proc/self/statm.
+
+    >>> s = RssSampler(); s.phase("x"); s.stop(); s.peaks["x"] > 0
+    True
+    """
+
+    def __init__(self) -> None:
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.current = "setup"
+        self.peaks: dict[str, int] = defaultdict(int)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def rss(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.01):
+            r = self.rss()
+            if r > self.peaks[self.current]:
+                self.peaks[self.current] = r
+
+    def phase(self, name: str) -> None:
+        self.current = name
+        self.peaks[name] = max(self.peaks[name], self.rss())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def summarize(times: list[float]) -> dict[str, float]:
+    """Median, p95 (linear interpolation), min of latencies in seconds.
+
+    >>> summarize([1.0, 2.0, 3.0])["median_s"]
+    2.0
+    """
+    a = np.asarray(times)
+    return {"median_s": float(np.median(a)), "p95_s": float(np.percentile(a, 95)), "min_s": float(a.min()),
+            "trials": len(times)}
+
+
+def timed(fn: Callable[[], Any], trials: int, desc: str, before: Callable[[], Any] | None = None
+          ) -> tuple[list[float], Any]:
+    """Run ``fn`` once untimed (warm-up), then ``trials`` timed; ``before`` runs untimed each time."""
+    if before:
+        before()
+    out = fn()
+    times = []
+    for _ in tqdm(range(trials), desc=desc, leave=False, file=sys.stderr):
+        if before:
+            before()
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return times, out
+
+
+# --------------------------------------------------------------------------- model files
+
+
+def resolve_model(arg: str) -> tuple[Path, Path | None, Path | None]:
+    """(fp32 export dir, int8 export dir or None, GGUF or None) for a catalogue name or a directory.
+
+    A catalogue name uses ``exports/<name>`` or the newest test fixture ``exports/test-<name>-*``,
+    exporting the fp32 model if neither exists. The INT8 variant is ``<fp32 dir>-int8`` or the
+    fixture's ``test-<name>-int8-<hash>``; it is made with ``quantize_export`` when missing.
+    """
+    from typed_decisions.models import cache_dir, model_path, resolve
+
+    exports = cache_dir() / "exports"
+    if Path(arg).expanduser().is_dir():
+        fp32 = Path(arg).expanduser().resolve()
+        name = json.loads((fp32 / "manifest.json").read_text())["name"].removeprefix("test-")
+        try:
+            spec = resolve(name)
+        except Exception:
+            spec = None
+    else:
+        spec = resolve(arg)
+        fp32 = exports / spec.name
+        if not (fp32 / "manifest.json").is_file():
+            fixtures = sorted((p for p in exports.glob(f"test-{spec.name}-*")
+                               if "-int8-" not in p.name and (p / "manifest.json").is_file()),
+                              key=lambda p: p.stat().st_mtime)
+            if fixtures:
+                fp32 = fixtures[-1]
+            else:
+                from typed_decisions.models import pull
+                from typed_decisions_export import export_model
+
+                export_model(pull(spec.name), fp32, name=spec.name)
+    gguf = None
+    if spec is not None:
+        p = model_path(spec.name)
+        gguf = p if p.is_file() else None
+    candidates = [fp32.parent / f"{fp32.name}-int8"]
+    if fp32.name.startswith("test-"):
+        stem, _, h = fp32.name.rpartition("-")
+        candidates.append(fp32.parent / f"{stem}-int8-{h}")
+    int8 = next((c for c in candidates if (c / "manifest.json").is_file()), None)
+    return fp32, int8, gguf
+
+
+def make_int8(fp32: Path) -> Path:
+    from typed_decisions_export import quantize_export
+
+    out = fp32.parent / f"{fp32.name}-int8"
+    quantize_export(fp32, out)
+    return out
+
+
+def backbone_params(onnx_path: Path, vocab: int) -> int:
+    """Weights of the backbone's matmuls: 2-D initializers except the (vocab, H) embedding."""
+    import onnx
+
+    m = onnx.load(str(onnx_path), load_external_data=False)
+    return sum(int(np.prod(t.dims)) for t in m.graph.initializer if len(t.dims) == 2 and vocab not in t.dims)
+
+
+# --------------------------------------------------------------------------- workloads
+
+SENTENCES = [
+    "Hi, I was billed twice this month for the Pro plan, two charges of $29 on March 3.",
+    "Please refund the duplicate charge as soon as possible, I am on a tight budget.",
+    "I also noticed that the invoice PDF for February is missing from the billing page.",
+    "When I try to download it the page shows an error and then logs me out.",
+    "My team of five uses the dashboard every day to track support tickets.",
+    "We upgraded from the Basic plan in January because we needed the export feature.",
+    "The export to CSV works, but the date column is in the wrong time zone.",
+    "Last week the mobile app crashed twice while I was editing a ticket.",
+    "I contacted support by chat on Monday but nobody answered after twenty minutes.",
+    "Our contract renewal is next month and we are considering other vendors.",
+    "If the refund is not processed by Friday I will have to dispute the charge with my bank.",
+    "Could you also confirm whether the annual plan includes priority support?",
+    "The password reset email arrived only after three attempts.",
+    "Thanks for your help, and sorry for the long message. Best regards, Dana",
+]
+
+AREAS = ["billing", "technical", "sales", "security", "legal", "shipping", "accounts", "mobile",
+         "api", "onboarding", "partners", "privacy", "hardware", "network", "reporting", "training",
+         "marketing", "compliance", "procurement", "facilities"]
+ASPECTS = ["refunds", "outages", "upgrades", "access", "contracts", "delays", "invoices", "crashes",
+           "limits", "questions"]
+
+
+def make_state(tok: Any, n_tokens: int) -> str:
+    """A support ticket of about ``n_tokens`` tokens (sentences cycled until the count is reached)."""
+    text, i = "", 0
+    while len(tok.encode_plain(text)) < n_tokens:
+        text += ("" if not text else " ") + SENTENCES[i % len(SENTENCES)]
+        i += 1
+    return text
+
+
+def workloads(tok: Any) -> dict[str, dict[str, Any]]:
+    """Wire-format requests per workload."""
+    s100, s300 = make_state(tok, 100), make_state(tok, 300)
+    team5 = {"billing": "Payments, invoices, refunds", "technical": "Bugs, errors, outages",
+             "sales": "Pricing, upgrades, contracts", "security": "Accounts, passwords, access",
+             "other": "Anything else"}
+    noul = {"type": "noul", "instructions": "Does the customer ask for money back?"}
+    score = {"type": "score", "instructions": "How urgent is this ticket?",
+             "criteria": ["Can wait", "This month", "This week", "Today", "Right now"]}
+    names200 = [f"{a} {b}" for a in AREAS for b in ASPECTS]
+    choice = lambda names: {"type": "choice", "instructions": "Which queue should handle this ticket?",  # noqa: E731
+                            "criteria": {n: None for n in names}}
+    req = lambda state, qs: {"model": "bench", "state": state, "questions": qs}  # noqa: E731
+    return {
+        "W1": req(s100, {"refund": noul}),
+        "W2": req(s300, {"team": {"type": "choice", "instructions": "Which team should handle this ticket?",
+                                  "criteria": team5}, "refund": noul, "urgency": score}),
+        "W3": req(s300, {"queue": choice(AREAS)}),
+        "W4": req(s300, {"queue": choice(names200)}),
+        "W4-5": req(s300, {"queue": choice(names200[::40])}),
+    }
+
+
+def warm_request(request: dict[str, Any]) -> dict[str, Any]:
+    """An earlier request about the same state with another question (what warms the cache)."""
+    return {"model": "bench", "state": request["state"],
+            "questions": {"seen": {"type": "noul", "instructions": "Is this state about a customer?"}}}
+
+
+# --------------------------------------------------------------------------- peaks and profiles
+
+
+def matmul_peaks(threads: int, n: int = 2048, reps: int = 3) -> dict[str, float]:
+    """GFLOP/s of n×n×n GEMMs: torch fp32/bf16/int8 (torch._int_mm) and ORT MatMul / int8 MatMul."""
+    import onnxruntime as ort
+    import torch
+    from onnx import TensorProto, helper
+
+    torch.set_num_threads(threads)
+    flop = 2 * n ** 3
+    out: dict[str, float] = {}
+
+    def best(fn: Callable[[], Any]) -> float:
+        fn()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return flop / min(ts) / 1e9
+
+    a32, b32 = torch.randn(n, n), torch.randn(n, n)
+    out["torch_fp32"] = best(lambda: a32 @ b32)
+    a16, b16 = a32.bfloat16(), b32.bfloat16()
+    out["torch_bf16"] = best(lambda: a16 @ b16)
+    a8, b8 = torch.randint(-127, 127, (n, n), dtype=torch.int8), torch.randint(-127, 127, (n, n), dtype=torch.int8)
+    out["torch_int8"] = best(lambda: torch._int_mm(a8, b8))
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    w = np.random.randn(n, n).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["A", "W"], ["Y"])], "mm",
+                          [helper.make_tensor_value_info("A", TensorProto.FLOAT, [n, n])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [n, n])],
+                          [helper.make_tensor("W", TensorProto.FLOAT, [n, n], w.ravel())])
+    s = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
+                             opts, providers=["CPUExecutionProvider"])
+    x = np.random.randn(n, n).astype(np.float32)
+    out["ort_fp32"] = best(lambda: s.run(None, {"A": x}))
+    # What quantize_dynamic emits (DynamicQuantizeLinear + MatMulInteger, fused by ORT into
+    # DynamicQuantizeMatMul): float activations quantized per call, int8 per-column weights.
+    wq = np.random.randint(-127, 127, (n, n)).astype(np.int8)
+    g = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["A"], ["Aq", "As", "Az"]),
+         helper.make_node("MatMulInteger", ["Aq", "Wq", "Az", "Wz"], ["Yi"]),
+         helper.make_node("Cast", ["Yi"], ["Yf"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["As", "Ws"], ["S"]),
+         helper.make_node("Mul", ["Yf", "S"], ["Y"])], "qmm",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor("Wq", TensorProto.INT8, [n, n], wq.ravel().tobytes(), raw=True),
+         helper.make_tensor("Wz", TensorProto.INT8, [n], np.zeros(n, np.int8).tobytes(), raw=True),
+         helper.make_tensor("Ws", TensorProto.FLOAT, [n], np.full(n, 0.01, np.float32))])
+    s = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
+                             opts, providers=["CPUExecutionProvider"])
+    out["ort_int8_dynamic"] = best(lambda: s.run(None, {"A": x}))
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def profile_prefill(export_dir: Path, ids: list[int], threads: int) -> dict[str, Any]:
+    """ORT session profiling of one prefill: share of node time per op type (after one warm-up)."""
+    import onnxruntime as ort
+
+    from typed_decisions.artifacts import load_artifacts
+    from typed_decisions.engine import Backbone
+
+    art = load_artifacts(export_dir, verify=False)
+    bb = Backbone(art, threads=threads, providers=["CPUExecutionProvider"])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.enable_profiling = True
+    with tempfile.TemporaryDirectory() as d:
+        opts.profile_file_prefix = str(Path(d) / "prof")
+        bb.session = ort.InferenceSession(str(art.onnx_path), opts, providers=["CPUExecutionProvider"])
+        bb.run([ids], bb.empty())
+        t0 = time.perf_counter()
+        bb.run([ids], bb.empty())
+        wall = time.perf_counter() - t0
+        events = json.loads(Path(bb.session.end_profiling()).read_text())
+    per_op: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            per_op[e["args"]["op_name"]] += e["dur"] / 1e6
+            count[e["args"]["op_name"]] += 1
+    total = sum(per_op.values()) / 2  # two runs were profiled
+    ops = sorted(per_op, key=lambda k: -per_op[k])
+    del bb
+    gc.collect()
+    return {"tokens": len(ids), "second_run_wall_s": round(wall, 4),
+            "op_types_by_time": [{"op": k, "share": round(per_op[k] / 2 / total, 4), "nodes": count[k] // 2}
+                                 for k in ops[:12]]}
+
+
+# --------------------------------------------------------------------------- peers
+
+
+def readout_contexts(comp: Any) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]], list[tuple[int, tuple]]]:
+    """(contexts, allowed ids, (question, trie node)) exactly as Decider._read builds them."""
+    from typed_decisions.readout import LabelTrie
+
+    contexts, allowed, where = [], [], []
+    for qi, q in enumerate(comp.questions):
+        trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
+        for u, kids in trie.internal_nodes():
+            if len(kids) > 1:
+                contexts.append(comp.prefix_ids + q.suffix_ids + u)
+                allowed.append(kids)
+                where.append((qi, u))
+    return contexts, allowed, where
+
+
+def probabilities_from(comp: Any, where: list, logits: list[np.ndarray]) -> dict[str, np.ndarray]:
+    from typed_decisions.readout import LabelTrie, option_probabilities
+
+    out = {}
+    for qi, q in enumerate(comp.questions):
+        trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
+        nodes = {u: z for (i, u), z in zip(where, logits) if i == qi}
+        out[q.name] = option_probabilities(trie, nodes, len(q.options))
+    return out
+
+
+class Reference:
+    """transformers, every context a full prompt, left-padded batches of ≤ ``batch_tokens`` tokens."""
+
+    def __init__(self, model: Any, batch_tokens: int = 4096):
+        import torch
+
+        self.torch, self.model = torch, model
+        self.w = model.get_output_embeddings().weight.detach()              # (vocab, H)
+        self.pad = int(model.config.pad_token_id or 0) if hasattr(model.config, "pad_token_id") else 0
+        self.batch_tokens = batch_tokens
+
+    def cost(self, contexts: list[tuple[int, ...]]) -> int:
+        return len(contexts) * max(len(c) for c in contexts)
+
+    def logits(self, contexts: list[tuple[int, ...]], allowed: list[tuple[int, ...]]) -> tuple[list[np.ndarray], int]:
+        torch = self.torch
+        order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
+        out: list[np.ndarray | None] = [None] * len(contexts)
+        computed, start = 0, 0
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and (end + 1 - start) * len(contexts[order[end]]) <= self.batch_tokens:
+                end += 1
+            rows = order[start:end]
+            s = max(len(contexts[i]) for i in rows)
+            ids = torch.full((len(rows), s), self.pad, dtype=torch.long)                  # (B, S) left-padded
+            mask = torch.zeros((len(rows), s), dtype=torch.long)
+            for b, i in enumerate(rows):
+                ids[b, s - len(contexts[i]):] = torch.tensor(contexts[i])
+                mask[b, s - len(contexts[i]):] = 1
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)                                       # (B, S)
+            with torch.no_grad():
+                h = self.model.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                     use_cache=False).last_hidden_state[:, -1]             # (B, H)
+                for b, i in enumerate(rows):
+                    out[i] = (self.w[list(allowed[i])].double() @ h[b].double()).numpy()
+            computed += len(rows) * s
+            start = end
+        return out, computed  # type: ignore[return-value]
+
+
+class LlamaCpp:
+    """llama-cpp-python: eval each context after the longest common prefix with the previous one."""
+
+    def __init__(self, gguf: Path, threads: int, n_ctx: int):
+        import llama_cpp
+
+        self.llm = llama_cpp.Llama(model_path=str(gguf), n_threads=threads, n_threads_batch=threads,
+                                   n_ctx=n_ctx, n_batch=512, logits_all=False, verbose=False)
+        self.version = llama_cpp.__version__
+
+    def logits(self, contexts: list[tuple[int, ...]], allowed: list[tuple[int, ...]], reuse: bool
+               ) -> tuple[list[np.ndarray], int]:
+        llm, out, computed = self.llm, [], 0
+        for c, a in zip(contexts, allowed):
+            have = list(llm.input_ids[: llm.n_tokens]) if reuse else []
+            n = 0
+            while n < min(len(have), len(c) - 1) and have[n] == c[n]:
+                n += 1
+            llm.n_tokens = n
+            llm._ctx.kv_cache_seq_rm(-1, n, -1) if hasattr(llm._ctx, "kv_cache_seq_rm") else None
+            llm.eval(list(c[n:]))
+            computed += len(c) - n
+            z = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+            out.append(z[list(a)])
+        return out, computed
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="tiny", help="catalogue name (tiny, default, ...) or an export directory")
+    p.add_argument("--trials", type=int, default=5)
+    p.add_argument("--workloads", default="W1,W2,W3,W4")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--peers", default="ours,reference,free_text,llama_cpp")
+    p.add_argument("--ours", default="fp32,int8", help="dtypes of ours to run")
+    p.add_argument("--modes", default="names,letters")
+    p.add_argument("--ref-max-tokens", type=int, default=16384,
+                   help="skip a reference request above this many padded tokens (time estimated instead)")
+    p.add_argument("--peer-trials", type=int, default=None, help="trials for reference/free text/llama.cpp")
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--profile", default="int8,fp32", help="dtypes whose prefill is profiled (or 'none')")
+    p.add_argument("--llama-site", default="/tmp/llvenv/lib/python3.11/site-packages",
+                   help="extra site-packages holding llama_cpp (a throwaway venv), appended to sys.path")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    wl_names = args.workloads.split(",")
+    if "W4" in wl_names and "W4-5" not in wl_names:
+        wl_names.append("W4-5")
+    peers = set(args.peers.split(","))
+    peer_trials = args.peer_trials or args.trials
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    rss = RssSampler()
+    t_start = time.time()
+
+    from typed_decisions.artifacts import load_artifacts
+    from typed_decisions.decider import Decider, parse_request
+
+    fp32_dir, int8_dir, gguf = resolve_model(args.model)
+    if "int8" in args.ours and int8_dir is None:
+        rss.phase("export_int8")
+        int8_dir = make_int8(fp32_dir)
+    art = load_artifacts(fp32_dir, verify=False)
+    params = backbone_params(art.onnx_path, art.architecture.vocab_size)
+    res: dict[str, Any] = {
+        "model": art.name, "fp32_dir": str(fp32_dir), "int8_dir": str(int8_dir) if int8_dir else None,
+        "gguf": str(gguf) if gguf else None, "backbone_params": params, "threads": args.threads,
+        "trials": args.trials, "peer_trials": peer_trials, "cpu": platform.processor() or platform.machine(),
+        "nproc": os.cpu_count(), "load_avg_start": os.getloadavg(), "results": {}, "skipped": {},
+    }
+    print(f"model {art.name}: {params / 1e6:.1f} M backbone matmul params; fp32 {fp32_dir}; int8 {int8_dir}; "
+          f"gguf {gguf}; load {os.getloadavg()}", file=sys.stderr)
+
+    rss.phase("matmul_peaks")
+    res["matmul_peaks_gflops"] = matmul_peaks(args.threads)
+    print("matmul peaks GFLOP/s", res["matmul_peaks_gflops"], file=sys.stderr)
+
+    from typed_decisions.tokenization import TextTokenizer
+
+    tok = TextTokenizer(art.tokenizer_path, art.tokenizer_info)
+    reqs = {k: v for k, v in workloads(tok).items() if k in wl_names}
+    R = res["results"]
+    ours_probs: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    compiled: dict[tuple[str, str], Any] = {}
+
+    def record(system: str, wl: str, times: list[float], **extra: Any) -> None:
+        R.setdefault(wl, {})[system] = {**summarize(times), **extra}
+
+    # ---- ours
+    if "ours" in peers:
+        for dtype in args.ours.split(","):
+            d = fp32_dir if dtype == "fp32" else int8_dir
+            for mode in args.modes.split(","):
+                rss.phase(f"ours_{dtype}")
+                dec = Decider.from_dir(d, label_mode=mode, threads=args.threads)
+                eng = dec.engine
+                for wl, rq in reqs.items():
+                    comp = dec.compiler.compile(parse_request(rq), label_mode=mode)
+                    compiled[(wl, mode)] = comp
+                    n_questions = len(comp.questions)
+                    for cache in ("off", "warm"):
+                        before = (lambda rq=rq: (eng.clear_cache(), dec.run(warm_request(rq)))) if cache == "warm" else None
+                        acc = np.zeros(3)  # tokens computed, tokens logical, ORT runs of the timed calls
+
+                        def fn(rq: dict = rq, u: bool = cache == "warm", acc: np.ndarray = acc) -> None:
+                            s0 = np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs])
+                            dec.run_many([rq], use_cache=u)
+                            acc += np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs]) - s0
+
+                        times, _ = timed(fn, args.trials, f"ours {dtype} {mode} {cache} {wl}", before)
+                        computed, logical, runs = acc / (args.trials + 1)
+                        med = float(np.median(times))
+                        record(f"ours_{dtype}_{mode}_cache-{cache}", wl, times, tokens_computed=round(computed),
+                               tokens_logical=round(logical), ort_runs=round(runs, 1), requests_per_s=round(1 / med, 3),
+                               questions_per_s=round(n_questions / med, 3),
+                               prefill_gflops=round(2 * params * computed / med / 1e9, 2))
+                    ours_probs[(wl, mode, dtype)] = dec.probabilities(rq, use_cache=False)  # type: ignore[index]
+                # prefill alone (W2's state prefix, no cache): the number the peaks are compared with
+                if mode == args.modes.split(",")[0]:
+                    key = "W2" if "W2" in reqs else next(iter(reqs))
+                    ids = list(compiled[(key, mode)].prefix_ids)
+                    times, _ = timed(lambda: eng.next_token_logits([ids], [[0, 1]], use_cache=False),
+                                     args.trials, f"prefill {dtype}")
+                    med = float(np.median(times))
+                    res.setdefault("prefill", {})[dtype] = {**summarize(times), "tokens": len(ids),
+                                                            "gflops": round(2 * params * len(ids) / med / 1e9, 2)}
+                del dec, eng
+                gc.collect()
+        for dtype in [x for x in args.profile.split(",") if x in ("fp32", "int8")]:
+            rss.phase(f"profile_{dtype}")
+            key = "W2" if "W2" in reqs else next(iter(reqs))
+            comp = compiled.get((key, args.modes.split(",")[0]))
+            if comp is None:
+                continue
+            res.setdefault("ort_profile", {})[dtype] = profile_prefill(
+                fp32_dir if dtype == "fp32" else int8_dir, list(comp.prefix_ids), args.threads)
+            print(f"profile {dtype}:", res["ort_profile"][dtype]["op_types_by_time"][:5], file=sys.stderr)
+
+    mode0 = args.modes.split(",")[0]
+    names_mode = "names" if any(m == "names" for (_, m) in compiled) else mode0
+
+    # ---- reference and free text (transformers)
+    if peers & {"reference", "free_text"}:
+        rss.phase("transformers_load")
+        if gguf is None:
+            res["skipped"]["transformers"] = "no GGUF for this export: the reference needs the same weights"
+        else:
+            import torch
+
+            torch.set_num_threads(args.threads)
+            t0 = time.perf_counter()
+            model = load_torch_model(gguf)
+            res["transformers_load_s"] = round(time.perf_counter() - t0, 1)
+            if "reference" in peers:
+                rss.phase("reference")
+                ref = Reference(model)
+                per_token: list[float] = []
+                for wl in reqs:
+                    comp = compiled.get((wl, names_mode))
+                    if comp is None:
+                        continue
+                    ctx, allowed, where = readout_contexts(comp)
+                    cost = ref.cost(ctx)
+                    if cost > args.ref_max_tokens:
+                        res["skipped"][f"reference/{wl}"] = (f"{len(ctx)} contexts, {cost} padded tokens > "
+                                                             f"--ref-max-tokens {args.ref_max_tokens}")
+                        R.setdefault(wl, {})["reference_estimated"] = {"padded_tokens": cost}
+                        continue
+                    times, (logits, computed) = timed(lambda c=ctx, a=allowed: ref.logits(c, a), peer_trials,
+                                                      f"reference {wl}")
+                    pr = probabilities_from(comp, where, logits)
+                    ours = ours_probs.get((wl, names_mode, "fp32"))  # type: ignore[call-overload]
+                    dp = max(float(np.abs(pr[k] - ours[k]).max()) for k in pr) if ours else None
+                    med = float(np.median(times))
+                    per_token.append(med / computed)
+                    record("reference", wl, times, tokens_computed=computed, contexts=len(ctx),
+                           tokens_logical=sum(len(c) for c in ctx), requests_per_s=round(1 / med, 3),
+                           prefill_gflops=round(2 * params * computed / med / 1e9, 2), max_abs_dp_vs_ours_fp32=dp)
+                for wl, r in R.items():  # estimated times of skipped requests, from the measured per-token cost
+                    if "reference_estimated" in r and per_token:
+                        r["reference_estimated"]["median_s"] = r["reference_estimated"]["padded_tokens"] * float(np.median(per_token))
+            if "free_text" in peers:
+                rss.phase("free_text")
+                for wl in reqs:
+                    comp = compiled.get((wl, "names"))
+                    if comp is None:
+                        continue
+                    prompts = [list(comp.prefix_ids + q.suffix_ids) for q in comp.questions]
+                    texts: list[str] = []
+
+                    def gen(prompts: list[list[int]] = prompts, texts: list[str] = texts) -> None:
+                        texts[:] = [generate_text(model, tok, ids, args.max_new_tokens) for ids in prompts]
+
+                    times, _ = timed(gen, peer_trials, f"free text {wl}")
+                    parsed = [parse_answer(t, list(q.labels)) for t, q in zip(texts, comp.questions)]
+                    ours = ours_probs.get((wl, "names", "fp32"))  # type: ignore[call-overload]
+                    agree = ([int(np.argmax(ours[q.name])) == pi for q, pi in zip(comp.questions, parsed)]
+                             if ours else [])
+                    med = float(np.median(times))
+                    record("free_text", wl, times, tokens_logical=sum(map(len, prompts)), texts=texts,
+                           parsed=sum(x is not None for x in parsed), agree_with_ours=sum(agree),
+                           questions=len(parsed), requests_per_s=round(1 / med, 3))
+            del model
+            gc.collect()
+
+    # ---- llama.cpp
+    if "llama_cpp" in peers:
+        rss.phase("llama_cpp")
+        if args.llama_site and Path(args.llama_site).is_dir():
+            sys.path.append(args.llama_site)
+        try:
+            import llama_cpp  # noqa: F401
+        except Exception as e:  # ImportError, or a broken shared library
+            res["skipped"]["llama_cpp"] = f"import llama_cpp failed: {type(e).__name__}: {e}"
+        else:
+            if gguf is None:
+                res["skipped"]["llama_cpp"] = "no GGUF for this export"
+            else:
+                longest = max(len(c) for (wl, m), comp in compiled.items() for c in readout_contexts(comp)[0])
+                lc = LlamaCpp(gguf, args.threads, n_ctx=longest + 16)
+                res["llama_cpp_version"] = lc.version
+                for wl in reqs:
+                    comp = compiled.get((wl, names_mode))
+                    if comp is None:
+                        continue
+                    ctx, allowed, where = readout_contexts(comp)
+                    for reuse in (False, True):
+                        times, (logits, computed) = timed(lambda c=ctx, a=allowed, r=reuse: lc.logits(c, a, r),
+                                                          peer_trials, f"llama.cpp reuse={reuse} {wl}",
+                                                          before=lambda: lc.llm.reset())
+                        pr = probabilities_from(comp, where, logits)
+                        ours = ours_probs.get((wl, names_mode, "fp32"))  # type: ignore[call-overload]
+                        dp = max(float(np.abs(pr[k] - ours[k]).max()) for k in pr) if ours else None
+                        med = float(np.median(times))
+                        record(f"llama_cpp{'_prefix-reuse' if reuse else ''}", wl, times, tokens_computed=computed,
+                               requests_per_s=round(1 / med, 3), max_abs_dp_vs_ours_fp32_q4_weights=dp)
+                del lc
+                gc.collect()
+
+    rss.stop()
+    res["peak_rss_mb"] = {k: round(v / 2 ** 20) for k, v in rss.peaks.items()}
+    res["ru_maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    res["load_avg_end"] = os.getloadavg()
+    res["wall_s"] = round(time.time() - t_start, 1)
+    res["ratios"] = ratios(res, names_mode)
+    out = args.out or RESULTS / f"{art.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1, default=float) + "\n")
+    print_table(res)
+    print(json.dumps(res["ratios"], separators=(",", ":")))
+    return 0
+
+
+def ratios(res: dict[str, Any], mode: str) -> dict[str, Any]:
+    """Peer median / ours median (> 1: ours faster); ours = fp32 and int8, ``mode`` labels, cache off."""
+    R = res["results"]
+    out: dict[str, Any] = {"model": res["model"], "load_avg": round(max(res["load_avg_start"][0], res["load_avg_end"][0]), 2)}
+
+    def med(wl: str, system: str) -> float | None:
+        r = R.get(wl, {}).get(system)
+        return r.get("median_s") if r else None
+
+    for wl in R:
+        for dtype in ("fp32", "int8"):
+            ours = med(wl, f"ours_{dtype}_{mode}_cache-off")
+            if not ours:
+                continue
+            for peer in ("reference", "reference_estimated", "free_text", "llama_cpp", "llama_cpp_prefix-reuse"):
+                m = med(wl, peer)
+                if m:
+                    out[f"{wl}/{peer}/ours_{dtype}"] = round(m / ours, 2)
+    for dtype in ("fp32", "int8"):
+        for cache in ("off", "warm"):
+            a, b = med("W4", f"ours_{dtype}_{mode}_cache-{cache}"), med("W4-5", f"ours_{dtype}_{mode}_cache-{cache}")
+            if a and b:
+                out[f"W4_over_W4-5/ours_{dtype}_{mode}_cache-{cache}"] = round(a / b, 2)
+            a, b = med("W4", f"ours_{dtype}_letters_cache-{cache}"), med("W4-5", f"ours_{dtype}_letters_cache-{cache}")
+            if a and b and mode != "letters":
+                out[f"W4_over_W4-5/ours_{dtype}_letters_cache-{cache}"] = round(a / b, 2)
+    pf, peaks = res.get("prefill", {}), res.get("matmul_peaks_gflops", {})
+    if "fp32" in pf and "int8" in pf:
+        out["prefill_int8_over_fp32"] = round(pf["int8"]["gflops"] / pf["fp32"]["gflops"], 2)
+    if "fp32" in pf:
+        out["prefill_fp32_of_peak"] = round(pf["fp32"]["gflops"] / max(peaks["torch_fp32"], peaks["ort_fp32"]), 2)
+    if "int8" in pf:
+        out["prefill_int8_of_peak"] = round(pf["int8"]["gflops"] / max(peaks["torch_int8"], peaks["ort_int8_dynamic"]), 2)
+    return out
+
+
+def print_table(res: dict[str, Any]) -> None:
+    print(f"\n{res['model']}  threads={res['threads']}  trials={res['trials']}  load {res['load_avg_start']} → "
+          f"{res['load_avg_end']}", file=sys.stderr)
+    print(f"{'workload':8} {'system':34} {'median s':>9} {'p95 s':>8} {'computed':>9} {'logical':>8} {'GFLOP/s':>8}",
+          file=sys.stderr)
+    for wl, systems in res["results"].items():
+        for name, r in systems.items():
+            if "median_s" not in r:
+                continue
+            print(f"{wl:8} {name:34} {r['median_s']:9.3f} {r.get('p95_s', float('nan')):8.3f} "
+                  f"{r.get('tokens_computed', ''):>9} {r.get('tokens_logical', ''):>8} {r.get('prefill_gflops', ''):>8}",
+                  file=sys.stderr)
+    print("prefill", res.get("prefill"), "\npeaks", res.get("matmul_peaks_gflops"), "\nrss MB", res.get("peak_rss_mb"),
+          "\nskipped", res.get("skipped"), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
