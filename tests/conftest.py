@@ -39,34 +39,18 @@ def tiny_gguf():
 
 
 # --- exported models shared by the runtime, server and integration tests -------------------------
-def _export_code_hash() -> str:
-    """Hash of the export package's sources: a cached export is rebuilt when the exporter changes."""
-    import hashlib
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1] / "export" / "typed_decisions_export"
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*.py")):
-        h.update(p.name.encode() + p.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def exported_dir(name: str, source_fn, **kwargs):
-    """An export cached under cache_dir()/exports/test-<name>-<exporter hash> (built once)."""
-    from typed_decisions.models import cache_dir
-
-    out = cache_dir() / "exports" / f"test-{name}-{_export_code_hash()}"
-    if not (out / "manifest.json").is_file():
-        from typed_decisions_export import export_model
-
-        export_model(source_fn(), out, name=name, progress=False, **kwargs)
-    return out
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir(tiny_gguf):
-    """The tiny real model (SmolLM2-135M-Instruct) exported to ONNX, fp32; cached across runs."""
-    return exported_dir("smollm2-135m", lambda: tiny_gguf)
+    """The tiny real model (SmolLM2-135M-Instruct) exported to ONNX, fp32; cached across runs
+    (tests/export_cache.py: rebuilt when the exporter's sources change)."""
+    from export_cache import cached_export
+
+    def build(work):
+        from typed_decisions_export import export_model
+
+        export_model(tiny_gguf, work, name="smollm2-135m", progress=False)
+
+    return cached_export("smollm2-135m", build)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from export_cache import local_wheel_first, cached_export
+from export_cache import cached_export
 from tiny_models import save_tiny_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -55,7 +55,7 @@ def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct Q4_1 GGUF through the catalogue (`pull("tiny")`, cached)."""
     from typed_decisions.models import pull
 
-    return pull("tiny", progress=False, downloader=local_wheel_first)
+    return pull("tiny", progress=False)
 
 
 @pytest.fixture(scope="session")
