@@ -240,7 +240,7 @@ def test_second_pull_neither_downloads_nor_hashes(fake_model, tmp_path, monkeypa
     _, _, src = fake_model
     cache = tmp_path / "cache"
     first = models.pull("fake", cache=cache, progress=False, downloader=FakeDownloader(src))
-    monkeypatch.setattr(models, "_sha256_file", lambda p: pytest.fail("rehashed a verified file"))
+    monkeypatch.setattr(models, "sha256_file", lambda p: pytest.fail("rehashed a verified file"))
     assert models.pull("fake", cache=cache, progress=False, downloader=_no_download) == first
 
 
@@ -252,8 +252,8 @@ def test_stamp_invalidated_by_mtime_rehashes_without_download(fake_model, tmp_pa
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert not models._is_verified(models.resolve("fake"), path)
     hashed = []
-    real = models._sha256_file
-    monkeypatch.setattr(models, "_sha256_file", lambda p: hashed.append(p) or real(p))
+    real = models.sha256_file
+    monkeypatch.setattr(models, "sha256_file", lambda p: hashed.append(p) or real(p))
     assert models.pull("fake", cache=cache, progress=False, downloader=_no_download) == path
     assert hashed == [path] and models._is_verified(models.resolve("fake"), path)
 

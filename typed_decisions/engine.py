@@ -135,19 +135,16 @@ def build_radix_tree(contexts: Sequence[Sequence[int]]) -> _Node:
                 child = mid
             node, ctx = child, ctx[n:]
 
-    ctxs = [tuple(c) for c in contexts]
-    lcp = 0
-    if ctxs:
-        first = ctxs[0]
-        lcp = min(len(c) for c in ctxs)
-        for c in ctxs[1:]:
-            n = 0
-            while n < lcp and c[n] == first[n]:
-                n += 1
-            lcp = n
-    root = _Node(ctxs[0][:lcp] if ctxs else (), None)
-    for q, c in enumerate(ctxs):
-        insert(root, c[lcp:], q)
+    root = _Node((), None)
+    for q, c in enumerate(contexts):
+        insert(root, tuple(c), q)
+    # The root's edge is the longest common prefix: absorb a lone child of an empty root.
+    while len(root.children) == 1 and not root.queries:
+        (child,) = root.children.values()
+        root.tokens += child.tokens
+        root.children, root.queries = child.children, child.queries
+        for grandchild in root.children.values():
+            grandchild.parent = root
 
     def set_depth(node: _Node) -> None:
         for child in node.children.values():

