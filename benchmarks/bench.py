@@ -102,12 +102,14 @@ def summarize(times: list[float]) -> dict[str, float]:
             "trials": len(times)}
 
 
-def timed(fn: Callable[[], Any], trials: int, desc: str, before: Callable[[], Any] | None = None
-          ) -> tuple[list[float], Any]:
-    """Run ``fn`` once untimed (warm-up), then ``trials`` timed; ``before`` runs untimed each time."""
-    if before:
-        before()
-    out = fn()
+def timed(fn: Callable[[], Any], trials: int, desc: str, before: Callable[[], Any] | None = None,
+          warmup: int = 1) -> tuple[list[float], Any]:
+    """Run ``fn`` ``warmup`` times untimed, then ``trials`` timed; ``before`` runs untimed each time."""
+    out = None
+    for _ in range(warmup):
+        if before:
+            before()
+        out = fn()
     times = []
     for _ in tqdm(range(trials), desc=desc, leave=False, file=sys.stderr):
         if before:
@@ -140,36 +142,47 @@ def resolve_model(arg: str) -> tuple[Path, Path | None, Path | None]:
             spec = None
     else:
         spec = resolve(arg)
-        fp32 = exports / spec.name
-        if not (fp32 / "manifest.json").is_file():
-            fixtures = sorted((p for p in exports.glob(f"test-{spec.name}-*")
-                               if "-int8-" not in p.name and (p / "manifest.json").is_file()),
-                              key=lambda p: p.stat().st_mtime)
-            if fixtures:
-                fp32 = fixtures[-1]
-            else:
-                from typed_decisions.models import pull
-                from typed_decisions_export import export_model
+        fixtures = sorted((p for p in exports.glob(f"test-{spec.name}-*")
+                           if "-int8-" not in p.name and (p / "manifest.json").is_file()),
+                          key=lambda p: -p.stat().st_mtime)
+        found = [p for p in [exports / spec.name, *fixtures] if (p / "manifest.json").is_file()]
+        with_int8 = [p for p in found if _int8_of(p)]
+        if found:
+            fp32 = (with_int8 or found)[0]
+        else:
+            from typed_decisions.models import pull
+            from typed_decisions_export import export_model
 
-                export_model(pull(spec.name), fp32, name=spec.name)
+            fp32 = exports / spec.name
+            export_model(pull(spec.name), fp32, name=spec.name)
     gguf = None
     if spec is not None:
         p = model_path(spec.name)
         gguf = p if p.is_file() else None
+    int8 = _int8_of(fp32)
+    return fp32, int8, gguf
+
+
+def _int8_of(fp32: Path) -> Path | None:
+    """The INT8 sibling of an fp32 export: ``<dir>-int8`` or, for fixtures, ``test-<name>-int8-<hash>``."""
     candidates = [fp32.parent / f"{fp32.name}-int8"]
     if fp32.name.startswith("test-"):
         stem, _, h = fp32.name.rpartition("-")
         candidates.append(fp32.parent / f"{stem}-int8-{h}")
-    int8 = next((c for c in candidates if (c / "manifest.json").is_file()), None)
-    return fp32, int8, gguf
+    return next((c for c in candidates if (c / "manifest.json").is_file()), None)
 
 
-def make_int8(fp32: Path) -> Path:
-    from typed_decisions_export import quantize_export
+def make_int8(fp32: Path) -> tuple[Path, str | None]:
+    """Quantize ``fp32`` into ``<dir>-int8``; if the drift probe refuses, force it and say so."""
+    from typed_decisions_export import QuantizationError, quantize_export
 
     out = fp32.parent / f"{fp32.name}-int8"
-    quantize_export(fp32, out)
-    return out
+    try:
+        quantize_export(fp32, out)
+        return out, None
+    except QuantizationError as e:
+        quantize_export(fp32, out, force=True)
+        return out, f"forced (speed only): {e}"
 
 
 def backbone_params(onnx_path: Path, vocab: int) -> int:
@@ -449,6 +462,9 @@ def main() -> int:
     p.add_argument("--peers", default="ours,reference,free_text,llama_cpp")
     p.add_argument("--ours", default="fp32,int8", help="dtypes of ours to run")
     p.add_argument("--modes", default="names,letters")
+    p.add_argument("--cache", default="off,warm", help="cross-request cache variants of ours")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed calls before each measurement (a loaded Decider always answers W1 once first)")
     p.add_argument("--ref-max-tokens", type=int, default=16384,
                    help="skip a reference request above this many padded tokens (time estimated instead)")
     p.add_argument("--peer-trials", type=int, default=None, help="trials for reference/free text/llama.cpp")
@@ -474,7 +490,9 @@ def main() -> int:
     fp32_dir, int8_dir, gguf = resolve_model(args.model)
     if "int8" in args.ours and int8_dir is None:
         rss.phase("export_int8")
-        int8_dir = make_int8(fp32_dir)
+        int8_dir, note = make_int8(fp32_dir)
+        if note:
+            print("int8:", note, file=sys.stderr)
     art = load_artifacts(fp32_dir, verify=False)
     params = backbone_params(art.onnx_path, art.architecture.vocab_size)
     res: dict[str, Any] = {
@@ -509,33 +527,35 @@ def main() -> int:
                 rss.phase(f"ours_{dtype}")
                 dec = Decider.from_dir(d, label_mode=mode, threads=args.threads)
                 eng = dec.engine
+                dec.run(workloads(tok)["W1"], label_mode=mode)  # first-run allocations, untimed
                 for wl, rq in reqs.items():
                     comp = dec.compiler.compile(parse_request(rq), label_mode=mode)
                     compiled[(wl, mode)] = comp
                     n_questions = len(comp.questions)
-                    for cache in ("off", "warm"):
+                    for cache in args.cache.split(","):
                         before = (lambda rq=rq: (eng.clear_cache(), dec.run(warm_request(rq)))) if cache == "warm" else None
                         acc = np.zeros(3)  # tokens computed, tokens logical, ORT runs of the timed calls
 
-                        def fn(rq: dict = rq, u: bool = cache == "warm", acc: np.ndarray = acc) -> None:
+                        def fn(rq: dict = rq, u: bool = cache == "warm", acc: np.ndarray = acc) -> dict:
                             s0 = np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs])
-                            dec.run_many([rq], use_cache=u)
+                            probs = dec.probabilities(rq, use_cache=u)  # = run() minus the reducers
                             acc += np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs]) - s0
+                            return probs
 
-                        times, _ = timed(fn, args.trials, f"ours {dtype} {mode} {cache} {wl}", before)
-                        computed, logical, runs = acc / (args.trials + 1)
+                        times, probs = timed(fn, args.trials, f"ours {dtype} {mode} {cache} {wl}", before, args.warmup)
+                        computed, logical, runs = acc / (args.trials + args.warmup)
+                        ours_probs[(wl, mode, dtype)] = probs  # type: ignore[index]
                         med = float(np.median(times))
                         record(f"ours_{dtype}_{mode}_cache-{cache}", wl, times, tokens_computed=round(computed),
                                tokens_logical=round(logical), ort_runs=round(runs, 1), requests_per_s=round(1 / med, 3),
                                questions_per_s=round(n_questions / med, 3),
                                prefill_gflops=round(2 * params * computed / med / 1e9, 2))
-                    ours_probs[(wl, mode, dtype)] = dec.probabilities(rq, use_cache=False)  # type: ignore[index]
                 # prefill alone (W2's state prefix, no cache): the number the peaks are compared with
                 if mode == args.modes.split(",")[0]:
                     key = "W2" if "W2" in reqs else next(iter(reqs))
                     ids = list(compiled[(key, mode)].prefix_ids)
                     times, _ = timed(lambda: eng.next_token_logits([ids], [[0, 1]], use_cache=False),
-                                     args.trials, f"prefill {dtype}")
+                                     args.trials, f"prefill {dtype}", warmup=args.warmup)
                     med = float(np.median(times))
                     res.setdefault("prefill", {})[dtype] = {**summarize(times), "tokens": len(ids),
                                                             "gflops": round(2 * params * len(ids) / med / 1e9, 2)}
@@ -582,7 +602,7 @@ def main() -> int:
                         R.setdefault(wl, {})["reference_estimated"] = {"padded_tokens": cost}
                         continue
                     times, (logits, computed) = timed(lambda c=ctx, a=allowed: ref.logits(c, a), peer_trials,
-                                                      f"reference {wl}")
+                                                      f"reference {wl}", warmup=args.warmup)
                     pr = probabilities_from(comp, where, logits)
                     ours = ours_probs.get((wl, names_mode, "fp32"))  # type: ignore[call-overload]
                     dp = max(float(np.abs(pr[k] - ours[k]).max()) for k in pr) if ours else None
@@ -606,7 +626,7 @@ def main() -> int:
                     def gen(prompts: list[list[int]] = prompts, texts: list[str] = texts) -> None:
                         texts[:] = [generate_text(model, tok, ids, args.max_new_tokens) for ids in prompts]
 
-                    times, _ = timed(gen, peer_trials, f"free text {wl}")
+                    times, _ = timed(gen, peer_trials, f"free text {wl}", warmup=args.warmup)
                     parsed = [parse_answer(t, list(q.labels)) for t, q in zip(texts, comp.questions)]
                     ours = ours_probs.get((wl, "names", "fp32"))  # type: ignore[call-overload]
                     agree = ([int(np.argmax(ours[q.name])) == pi for q, pi in zip(comp.questions, parsed)]
@@ -642,7 +662,7 @@ def main() -> int:
                     for reuse in (False, True):
                         times, (logits, computed) = timed(lambda c=ctx, a=allowed, r=reuse: lc.logits(c, a, r),
                                                           peer_trials, f"llama.cpp reuse={reuse} {wl}",
-                                                          before=lambda: lc.llm.reset())
+                                                          before=lambda: lc.llm.reset(), warmup=args.warmup)
                         pr = probabilities_from(comp, where, logits)
                         ours = ours_probs.get((wl, names_mode, "fp32"))  # type: ignore[call-overload]
                         dp = max(float(np.abs(pr[k] - ours[k]).max()) for k in pr) if ours else None
