@@ -1,0 +1,309 @@
+"""Load benchmark of ``typed-decisions serve``: concurrent clients, answers checked, with and without
+micro-batching.
+
+Not a test (nothing here is timed against a threshold); ``tests/test_server.py`` holds the
+correctness tests. For each server configuration (``--max-batch 8 --max-wait-ms 5``, then
+``--max-batch 1``) this script:
+
+1. starts ``typed-decisions serve`` in a subprocess on 127.0.0.1 and a free port, waits for
+   ``/readyz``;
+2. sends a fixed set of 20 distinct requests (a 3-option choice + a noul + a 3-level score about
+   varied support tickets) one at a time: their answers are the *sequential answers*;
+3. runs ``--clients`` threads (default 16), each sending ``--requests`` requests (default 200)
+   over its own keep-alive connection, client ``i`` sending request ``(i + j) mod 20`` as its
+   ``j``-th; every answer must equal its sequential answer (numbers within ``--atol``, 1e-5;
+   strings, types and token counts exactly), every status must be 200;
+4. reads the server's ``/metrics`` (requests per engine call) and stops it with SIGTERM.
+
+Latency is per request, client side (send to full body). Throughput = requests / wall time of
+step 3. The 1-minute load average is recorded before and after each run: on a shared machine
+it says how much of the numbers belongs to other jobs.
+
+    python benchmarks/load.py                                  # the tiny test export, 16 × 200
+    python benchmarks/load.py --model DIR --clients 16 --requests 20
+
+The last line printed is one JSON object; it is also written to
+``benchmarks/results/load-<model directory name>.json``. Only loopback traffic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+RESULTS = Path(__file__).resolve().parent / "results"
+EXPORTS = Path.home() / ".cache" / "typed-decisions" / "exports"
+
+TICKETS = [
+    "I was charged twice for my subscription this month. Please refund one payment.",
+    "The app crashes every time I open the settings page on Android.",
+    "Can I upgrade from the basic plan to the team plan mid-cycle?",
+    "Your website has been down for an hour and none of our staff can log in.",
+    "I need an invoice with our VAT number for last quarter's payments.",
+    "The export button produces an empty CSV file since yesterday's update.",
+    "What discounts do you offer for non-profit organisations?",
+    "My card was declined but the money left my account anyway.",
+    "Search results load very slowly, about thirty seconds per query.",
+    "We'd like a quote for 500 seats with single sign-on.",
+    "Please cancel my account and delete all my data.",
+    "The API returns error 500 for every request with a date filter.",
+    "Is there a yearly plan, and how much cheaper is it than monthly?",
+    "I was billed after I cancelled my trial. I want my money back.",
+    "Notifications stopped arriving on my phone after the last release.",
+    "Our sales team wants a demo of the enterprise features next week.",
+    "The password reset email never arrives.",
+    "Why did my monthly price go up without any notice?",
+    "Data from our integration has been duplicated in every report.",
+    "Thank you, the issue from last week is fully resolved now.",
+]
+
+QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
+             "criteria": {"billing": "Payments, refunds, invoices", "tech": "Bugs, outages, errors",
+                          "sales": "Plans, upgrades, quotes"}},
+    "urgent": {"type": "noul", "instructions": "Is this ticket urgent?"},
+    "severity": {"type": "score", "instructions": "How severe is the customer's problem?",
+                 "criteria": ["low", "medium", "high"]},
+}
+
+
+def requests_set(model: str) -> list[dict[str, Any]]:
+    """The 20 distinct requests every run cycles through (same questions, different states)."""
+    return [{"model": model, "state": t, "questions": QUESTIONS} for t in TICKETS]
+
+
+def differences(got: Any, want: Any, atol: float, path: str = "") -> list[str]:
+    """Where two JSON answers differ: numbers beyond ``atol``, anything else at all.
+
+    >>> differences({"p": {"a": 0.5, "b": 0.5}, "t": "choice"}, {"p": {"a": 0.5000001, "b": 0.5}, "t": "choice"}, 1e-5)
+    []
+    >>> differences({"p": 0.5, "t": "a"}, {"p": 0.6, "t": "b"}, 1e-5)
+    ['.p: 0.5 vs 0.6', ".t: 'a' vs 'b'"]
+    """
+    num = (int, float)
+    if isinstance(got, num) and isinstance(want, num) and not isinstance(got, bool) and type(got) is type(want):
+        return [] if abs(got - want) <= atol else [f"{path}: {got} vs {want}"]
+    if isinstance(got, dict) and isinstance(want, dict):
+        if set(got) != set(want):
+            return [f"{path}: keys {sorted(got)} vs {sorted(want)}"]
+        return [d for k in sorted(want) for d in differences(got[k], want[k], atol, f"{path}.{k}")]
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        return [d for i, (g, w) in enumerate(zip(got, want)) for d in differences(g, w, atol, f"{path}[{i}]")]
+    return [] if got == want else [f"{path}: {got!r} vs {want!r}"]
+
+
+def max_abs_difference(got: Any, want: Any) -> float:
+    """Largest |got - want| over the numbers of two same-shaped JSON values (0.0 if none)."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        return max((max_abs_difference(got[k], want[k]) for k in want if k in got), default=0.0)
+    if isinstance(got, list) and isinstance(want, list):
+        return max((max_abs_difference(g, w) for g, w in zip(got, want)), default=0.0)
+    if isinstance(got, (int, float)) and isinstance(want, (int, float)) and not isinstance(got, bool):
+        return abs(float(got) - float(want))
+    return 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least ``q`` of the values at or below it.
+
+    >>> percentile([4, 1, 3, 2], 0.5), percentile(list(range(1, 21)), 0.95)
+    (2, 19)
+    """
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_command(model: Path, port: int, threads: int, max_batch: int, max_wait_ms: float) -> list[str]:
+    exe = Path(sys.executable).with_name("typed-decisions")
+    head = [str(exe)] if exe.exists() else [sys.executable, "-m", "typed_decisions.cli"]
+    return [*head, "serve", "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
+            "--threads", str(threads), "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms),
+            "--log-level", "warning"]
+
+
+def start_server(cmd: list[str], url: str, log_path: Path, timeout_s: float = 300) -> subprocess.Popen[bytes]:
+    log = log_path.open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"serve exited with {proc.returncode}; see {log_path}")
+        try:
+            if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"serve was not ready within {timeout_s:.0f} s; see {log_path}")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(10)
+
+
+def batch_metrics(url: str) -> tuple[float, float]:
+    """(engine calls, requests answered by them) so far, from the server's Prometheus text."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    value = lambda name: float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))  # noqa: E731
+    return value("typed_decisions_batch_requests_count"), value("typed_decisions_batch_requests_sum")
+
+
+def run_config(name: str, model: Path, *, threads: int, max_batch: int, max_wait_ms: float,
+               clients: int, per_client: int, atol: float, timeout_s: float) -> dict[str, Any]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = serve_command(model, port, threads, max_batch, max_wait_ms)
+    print(f"[{name}] {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    proc = start_server(cmd, url, Path(tempfile.gettempdir()) / f"typed-decisions-load-{name}-{port}.log")
+    headers = {"Authorization": "Bearer load-benchmark"}
+    try:
+        served = httpx.get(url + "/readyz", timeout=10).json()["model"]
+        reqs = requests_set(served)
+
+        # 1. the sequential answers, one client, one request at a time
+        sequential: list[dict[str, Any]] = []
+        seq_latency: list[float] = []
+        with httpx.Client(base_url=url, headers=headers, timeout=timeout_s) as client:
+            for r in reqs:
+                t = time.perf_counter()
+                resp = client.post("/v1/systemone", json=r)
+                seq_latency.append(time.perf_counter() - t)
+                resp.raise_for_status()
+                sequential.append(resp.json())
+        print(f"[{name}] sequential: {len(reqs)} requests, p50 {1000 * statistics.median(seq_latency):.0f} ms",
+              file=sys.stderr, flush=True)
+
+        # 2. concurrent clients, each on its own connection, cycling through the same requests
+        latency: list[float] = []
+        errors: list[str] = []
+        mismatches: list[str] = []
+        max_diff = [0.0]
+        lock = threading.Lock()
+
+        def one_client(i: int) -> None:
+            with httpx.Client(base_url=url, headers=headers, timeout=timeout_s) as client:
+                for j in range(per_client):
+                    k = (i + j) % len(reqs)
+                    t = time.perf_counter()
+                    try:
+                        resp = client.post("/v1/systemone", json=reqs[k])
+                    except httpx.HTTPError as e:
+                        with lock:
+                            errors.append(f"client {i} request {j}: {type(e).__name__}: {e}")
+                        continue
+                    seconds = time.perf_counter() - t
+                    with lock:
+                        if resp.status_code != 200:
+                            errors.append(f"client {i} request {j}: HTTP {resp.status_code} {resp.text[:200]}")
+                            continue
+                        latency.append(seconds)
+                        body = resp.json()
+                        diff = differences(body, sequential[k], atol)
+                        max_diff[0] = max(max_diff[0], max_abs_difference(body, sequential[k]))
+                        if diff:
+                            mismatches.append(f"request {k}: {'; '.join(diff[:3])}")
+
+        metrics_before = batch_metrics(url)
+        load_before = os.getloadavg()
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(one_client, range(clients)))
+        wall = time.perf_counter() - t0
+        load_after = os.getloadavg()
+        metrics_after = batch_metrics(url)
+    finally:
+        exit_code = stop_server(proc)
+    total = clients * per_client
+    calls, answered = (after - before for after, before in zip(metrics_after, metrics_before))
+    return {
+        "config": name, "max_batch": max_batch, "max_wait_ms": max_wait_ms, "threads": threads,
+        "clients": clients, "requests_per_client": per_client, "requests": total,
+        "ok": len(latency), "errors": len(errors), "mismatches": len(mismatches),
+        "max_abs_diff_vs_sequential": max_diff[0],
+        "wall_s": round(wall, 2), "throughput_rps": round(len(latency) / wall, 3),
+        "p50_ms": round(1000 * percentile(latency, 0.50), 1) if latency else None,
+        "p95_ms": round(1000 * percentile(latency, 0.95), 1) if latency else None,
+        "sequential_p50_ms": round(1000 * statistics.median(seq_latency), 1),
+        # engine calls of the concurrent phase only (not the self-test, not the sequential pass)
+        "engine_calls": int(calls), "requests_per_engine_call": round(answered / calls, 2) if calls else None,
+        "loadavg_1m_before": round(load_before[0], 2), "loadavg_1m_after": round(load_after[0], 2),
+        "server_exit": exit_code, "sequential_answers": sequential,
+        "first_errors": errors[:5], "first_mismatches": mismatches[:5],
+    }
+
+
+def default_model() -> Path:
+    found = sorted(p for p in EXPORTS.glob("test-smollm2-135m-*") if "int8" not in p.name)
+    if not found:
+        raise SystemExit(f"no tiny export in {EXPORTS}; run the test suite once, or pass --model DIR")
+    return found[-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, default=None, help="exported model directory (default: the tiny test export)")
+    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--requests", type=int, default=200, help="requests per client")
+    p.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads of the server")
+    p.add_argument("--atol", type=float, default=1e-5)
+    p.add_argument("--timeout", type=float, default=600, help="per-request timeout, seconds")
+    p.add_argument("--only", choices=["batched", "unbatched"], default=None)
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    model = (args.model or default_model()).resolve()
+    RESULTS.mkdir(exist_ok=True)
+    configs = [("batched", 8, 5.0), ("unbatched", 1, 5.0)]
+    runs = [run_config(name, model, threads=args.threads, max_batch=b, max_wait_ms=w, clients=args.clients,
+                       per_client=args.requests, atol=args.atol, timeout_s=args.timeout)
+            for name, b, w in configs if args.only in (None, name)]
+    # Both servers' sequential answers must agree too (batching is off for the sequential pass anyway).
+    cross = max((max_abs_difference(a, b) for a, b in zip(runs[0]["sequential_answers"], runs[-1]["sequential_answers"])),
+                default=0.0)
+    for r in runs:
+        del r["sequential_answers"]
+    result = {
+        "model": model.name, "machine": platform.machine(), "cpus": os.cpu_count(),
+        "command": shlex.join([Path(sys.executable).name, "benchmarks/load.py", *(argv if argv is not None else sys.argv[1:])]),
+        "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        "sequential_max_abs_diff_between_configs": cross,
+        "runs": runs,
+        "passed": all(r["errors"] == 0 and r["mismatches"] == 0 for r in runs),
+    }
+    out = args.out or RESULTS / f"load-{model.name}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
