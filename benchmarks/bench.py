@@ -468,6 +468,7 @@ def main() -> int:
     p.add_argument("--ref-max-tokens", type=int, default=16384,
                    help="skip a reference request above this many padded tokens (time estimated instead)")
     p.add_argument("--peer-trials", type=int, default=None, help="trials for reference/free text/llama.cpp")
+    p.add_argument("--peer-workloads", default=None, help="workloads the peers run (default: all of --workloads)")
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--profile", default="int8,fp32", help="dtypes whose prefill is profiled (or 'none')")
     p.add_argument("--llama-site", default="/tmp/llvenv/lib/python3.11/site-packages",
@@ -516,8 +517,13 @@ def main() -> int:
     ours_probs: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     compiled: dict[tuple[str, str], Any] = {}
 
+    out = args.out or RESULTS / f"{art.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    peer_wls = set((args.peer_workloads or args.workloads).split(","))
+
     def record(system: str, wl: str, times: list[float], **extra: Any) -> None:
         R.setdefault(wl, {})[system] = {**summarize(times), **extra}
+        out.write_text(json.dumps({**res, "partial": True}, indent=1, default=float) + "\n")  # survives a kill
 
     # ---- ours
     if "ours" in peers:
@@ -590,7 +596,7 @@ def main() -> int:
                 rss.phase("reference")
                 ref = Reference(model)
                 per_token: list[float] = []
-                for wl in reqs:
+                for wl in (w for w in reqs if w in peer_wls):
                     comp = compiled.get((wl, names_mode))
                     if comp is None:
                         continue
@@ -616,7 +622,7 @@ def main() -> int:
                         r["reference_estimated"]["median_s"] = r["reference_estimated"]["padded_tokens"] * float(np.median(per_token))
             if "free_text" in peers:
                 rss.phase("free_text")
-                for wl in reqs:
+                for wl in (w for w in reqs if w in peer_wls):
                     comp = compiled.get((wl, "names"))
                     if comp is None:
                         continue
@@ -654,7 +660,7 @@ def main() -> int:
                 longest = max(len(c) for (wl, m), comp in compiled.items() for c in readout_contexts(comp)[0])
                 lc = LlamaCpp(gguf, args.threads, n_ctx=longest + 16)
                 res["llama_cpp_version"] = lc.version
-                for wl in reqs:
+                for wl in (w for w in reqs if w in peer_wls):
                     comp = compiled.get((wl, names_mode))
                     if comp is None:
                         continue
@@ -678,8 +684,6 @@ def main() -> int:
     res["load_avg_end"] = os.getloadavg()
     res["wall_s"] = round(time.time() - t_start, 1)
     res["ratios"] = ratios(res, names_mode)
-    out = args.out or RESULTS / f"{art.name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1, default=float) + "\n")
     print_table(res)
     print(json.dumps(res["ratios"], separators=(",", ":")))
