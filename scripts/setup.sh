@@ -13,7 +13,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 pip() { .venv/bin/python -m pip "$@"; }
 pip install -q --upgrade pip
 pip install -q torch==2.13.0
-args=(-e ".[server,test]" -e ./export)
+args=(-e ".[server,client,eval,test]" -e ./export)
 for d in integrations/*/; do [ -f "$d/pyproject.toml" ] && args+=(-e "${d%/}[test]"); done
 pip install -q "${args[@]}"
 .venv/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
