@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv and install every distribution of this repository editable (runtime with its server
-# and test extras, the export step, the integrations). Idempotent: skipped when nothing changed.
+# Create .venv and install every distribution of this repository editable (runtime with its server,
+# client, eval and test extras, the export step, the integrations). Idempotent: skipped when nothing changed.
 # torch is installed first and pinned (torch==2.13.0, a CPU wheel pip finds on these machines), so
 # no requirement can pull a multi-GB CUDA build.
 set -euo pipefail
