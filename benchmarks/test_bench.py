@@ -1,9 +1,10 @@
 """benchmarks/bench.py runs end to end on the tiny model (1 trial, W1) and ends with one JSON line.
 
 No timing is asserted: only that every peer ran (or says why not) and the ratios line parses.
-Slow (a few minutes on 2 cores): opt in with ``--run-slow`` or ``TYPED_DECISIONS_RUN_SLOW=1``.
+Slow (a few minutes on 2 cores): opt in with ``TYPED_DECISIONS_RUN_SLOW=1`` (the root conftest's
+``--run-slow`` is not loaded for benchmarks/).
 
-    pytest benchmarks/test_bench.py --run-slow
+    TYPED_DECISIONS_RUN_SLOW=1 pytest benchmarks/test_bench.py
 """
 
 from __future__ import annotations
