@@ -43,3 +43,19 @@ def test_concurrent_callers_get_sequential_answers(tiny_decider):
     for a, b in zip(sequential, concurrent):
         for name in a:
             np.testing.assert_allclose(a[name], b[name], atol=1e-5)
+
+
+def test_kv_byte_budget_splits_batches_without_changing_answers(tiny_model_dir):
+    from typed_decisions.decider import Decider
+
+    options = {f"enterprise plan {i}": None for i in range(12)}  # multi-token names: label branches
+    req = {"model": "m", "state": "Which plan fits a team of 40?", "questions": {
+        "p": {"type": "choice", "criteria": options}}}
+    roomy = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    tight = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    tight.engine.max_batch_kv_bytes = 1  # every row alone
+    a = roomy.probabilities(req)["p"]
+    runs_roomy = roomy.engine.stats.runs
+    b = tight.probabilities(req)["p"]
+    assert tight.engine.stats.runs > runs_roomy  # the budget really split the batches
+    np.testing.assert_allclose(a, b, atol=1e-5)

@@ -187,6 +187,11 @@ class Backbone:
         self.output_names = ["last_hidden_state"] + [n for pair in self.present_names for n in pair]
         self.pad_id = int(artifacts.tokenizer_info.get("pad_token_id") or 0)
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V for one token across all layers (one row)."""
+        return 2 * self.num_layers * self.kv_heads * self.head_dim * self.kv_dtype.itemsize
+
     def empty(self, batch: int = 1) -> KVRows:
         z = np.zeros((batch, self.kv_heads, 0, self.head_dim), self.kv_dtype)
         return KVRows([z] * self.num_layers, [z] * self.num_layers,
@@ -238,7 +243,8 @@ class Engine:
 
     def __init__(self, artifacts: Artifacts, *, threads: int | None = None,
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
-                 max_batch_rows: int | None = None, max_batch_tokens: int = 8192):
+                 max_batch_rows: int | None = None, max_batch_tokens: int = 8192,
+                 max_batch_kv_bytes: int = 1 << 30):
         self.artifacts = artifacts
         self.backbone = Backbone(artifacts, threads=threads, providers=providers)
         self.lm_head = artifacts.lm_head                       # (vocab, H) memory-mapped
@@ -251,6 +257,7 @@ class Engine:
         exact_alone = artifacts.quantization is not None or bool(arch.sliding_window)
         self.max_batch_rows = max_batch_rows or (1 if exact_alone else 32)
         self.max_batch_tokens = max_batch_tokens
+        self.max_batch_kv_bytes = max_batch_kv_bytes
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[bytes, tuple[KVRows, np.ndarray | None]] = OrderedDict()
         self._cache_used = 0
@@ -366,17 +373,27 @@ class Engine:
     # -- helpers
 
     def _token_groups(self, nodes: list[_Node]) -> list[list[_Node]]:
-        """Split a batch so that rows × longest run stays under ``max_batch_tokens``."""
+        """Split a batch so that rows × longest run stays under ``max_batch_tokens`` and the
+        stacked past + present of the rows stays under ``max_batch_kv_bytes``.
+
+        The second bound matters for many label branches after a long prompt: 40 rows over a
+        1,221-token past of the 1.5B model would stack 2.8 GB of past and get as much present back.
+        """
+        per_token = self.backbone.kv_bytes_per_token
         groups: list[list[_Node]] = []
         cur: list[_Node] = []
-        longest = 0
+        longest = past = 0
         for n in sorted(nodes, key=lambda n: len(n.tokens)):
-            longest_new = max(longest, len(n.tokens))
-            if cur and longest_new * (len(cur) + 1) > self.max_batch_tokens:
+            parent_len = n.parent.kv.length if n.parent is not None and n.parent.kv is not None else 0
+            longest_new, past_new = max(longest, len(n.tokens)), max(past, parent_len)
+            rows = len(cur) + 1
+            too_many_tokens = longest_new * rows > self.max_batch_tokens
+            too_many_bytes = 2 * rows * (past_new + longest_new) * per_token > self.max_batch_kv_bytes
+            if cur and (too_many_tokens or too_many_bytes):
                 groups.append(cur)
-                cur, longest_new = [], len(n.tokens)
+                cur, longest_new, past_new = [], len(n.tokens), parent_len
             cur.append(n)
-            longest = longest_new
+            longest, past = longest_new, past_new
         if cur:
             groups.append(cur)
         return groups
