@@ -140,8 +140,8 @@ class DecisionBase(RunnableSerializable[Any, Output]):
         meta = {"ls_provider": PROVIDER, "ls_model_name": self.model_name, "ls_model_type": "decision"}
         return {**config, "metadata": {**meta, **config.get("metadata", {})}}
 
-    def _run(self, inputs: list[Any], run_manager: list[CallbackManagerForChainRun] | None = None,
-             ) -> list[Output | Exception]:
+    def _prepare(self, inputs: list[Any]) -> tuple[list[Output | Exception], list[Any], list[int]]:
+        """Requests for the valid inputs; a bad input becomes its own error, not the batch's."""
         out: list[Output | Exception] = []
         requests, where = [], []
         for i, value in enumerate(inputs):
@@ -151,27 +151,25 @@ class DecisionBase(RunnableSerializable[Any, Output]):
             except (TypeError, ValueError) as e:  # one bad input must not sink the batch
                 out.append(e)
             else:
-                out.append(None)  # type: ignore[arg-type]  # filled below
-        for i, response in zip(where, self._backend.run_many(requests)):
+                out.append(None)  # type: ignore[arg-type]  # filled by _fill
+        return out, requests, where
+
+    def _fill(self, out: list[Output | Exception], where: list[int], responses: list[Any]
+              ) -> list[Output | Exception]:
+        for i, response in zip(where, responses):
             out[i] = self._convert(response)
         return out
+
+    def _run(self, inputs: list[Any], run_manager: list[CallbackManagerForChainRun] | None = None,
+             ) -> list[Output | Exception]:
+        out, requests, where = self._prepare(inputs)
+        return self._fill(out, where, self._backend.run_many(requests))
 
     async def _arun(self, inputs: list[Any],
                     run_manager: list[AsyncCallbackManagerForChainRun] | None = None,
                     ) -> list[Output | Exception]:
-        out: list[Output | Exception] = []
-        requests, where = [], []
-        for i, value in enumerate(inputs):
-            try:
-                requests.append(self._request(value))
-                where.append(i)
-            except (TypeError, ValueError) as e:
-                out.append(e)
-            else:
-                out.append(None)  # type: ignore[arg-type]
-        for i, response in zip(where, await self._backend.arun_many(requests)):
-            out[i] = self._convert(response)
-        return out
+        out, requests, where = self._prepare(inputs)
+        return self._fill(out, where, await self._backend.arun_many(requests))
 
     def _one(self, value: Any) -> Output:
         (result,) = self._run([value])
