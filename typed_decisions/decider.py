@@ -105,9 +105,7 @@ class Decider:
     def decide(self, state: Content, questions: Mapping[str, Question | Mapping[str, Any]], *,
                label_mode: LabelMode | None = None) -> DecisionResponse:
         """Ask typed questions about one state."""
-        request = parse_request({"model": self.name, "state": state,
-                                 "questions": {k: (v.model_dump(exclude_none=True) if hasattr(v, "model_dump") else v)
-                                               for k, v in questions.items()}})
+        request = parse_request({"model": self.name, "state": state, "questions": dict(questions)})
         return self.run(request, label_mode=label_mode)
 
     def run(self, request: DecisionRequest | Mapping[str, Any], *,
