@@ -340,8 +340,9 @@ class Engine:
             return []
         if any(len(c) == 0 for c in contexts):
             raise ValueError("every context needs at least one token")
-        self.stats.calls += 1
-        self.stats.tokens_logical += sum(len(c) for c in contexts)
+        with self._lock:  # counters are shared by every calling thread
+            self.stats.calls += 1
+            self.stats.tokens_logical += sum(len(c) for c in contexts)
         if not share_prefixes:
             out = []
             for c, a in zip(contexts, allowed):
@@ -401,8 +402,9 @@ class Engine:
     def _run_rows(self, runs: list[tuple[int, ...]], pasts: list[KVRows]) -> tuple[np.ndarray, KVRows]:
         past = pasts[0] if len(pasts) == 1 else stack_rows(pasts, self.backbone.kv_dtype)
         hidden, present = self.backbone.run(runs, past)
-        self.stats.runs += 1
-        self.stats.tokens_computed += sum(len(r) for r in runs)
+        with self._lock:
+            self.stats.runs += 1
+            self.stats.tokens_computed += sum(len(r) for r in runs)
         return hidden, present
 
     def _compute_root(self, root: _Node, cache_points: Sequence[int], use_cache: bool) -> None:
