@@ -54,3 +54,11 @@ def test_decide_refuses_a_tampered_export(tiny_model_dir, tmp_path, capsys):
     assert main(["decide", "--model", str(copy), str(EXAMPLE)]) == 2
     err = capsys.readouterr().err
     assert "ArtifactError" in err and "tokenizer.json" in err
+
+
+def test_explain_reports_this_calls_tokens(tiny_decider):
+    req = json.loads(EXAMPLE.read_text())
+    tiny_decider.engine.clear_cache()
+    first = tiny_decider.explain(req)
+    again = tiny_decider.explain(req)  # the state prefix now comes from the cache
+    assert 0 < again["tokens_computed"] < first["tokens_computed"] <= first["usage"]["input_tokens"]

@@ -143,7 +143,9 @@ class Decider:
         """Rendered prompts, token ids of the shared prefix and every label path, raw logits per trie node."""
         req = parse_request(request)
         comp = self.compiler.compile(req, label_mode=label_mode or self.label_mode)
+        before = self.engine.stats.tokens_computed
         (reads,) = self._read([comp], share_prefixes=True, use_cache=True)
+        computed = self.engine.stats.tokens_computed - before  # this call's (other threads may add)
         dec = self.tokenizer.decode
         questions = {}
         for r in reads:
@@ -165,7 +167,7 @@ class Decider:
         return {"model": self.name, "label_mode": comp.label_mode, "prefix_ids": list(comp.prefix_ids),
                 "prefix_text": dec(list(comp.prefix_ids)), "questions": questions,
                 "usage": {"input_tokens": comp.logical_tokens, "output_tokens": 0},
-                "tokens_computed": self.engine.stats.tokens_computed}
+                "tokens_computed": computed}
 
     # -- internals
 
