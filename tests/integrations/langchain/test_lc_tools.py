@@ -14,7 +14,9 @@ QUESTIONS = {"team": {"type": "choice", "criteria": {"billing": None, "tech": No
 TOOL = DecisionRunnable(decider=FakeDecider(), questions=QUESTIONS, name="ticket_triage").as_tool()
 
 
-class TestDecisionToolUnit(ToolsUnitTests):
+class _TriageTool:
+    """What langchain-tests' standard suites need to know about our tool (shared by both)."""
+
     @property
     def tool_constructor(self) -> BaseTool:
         return TOOL
@@ -22,18 +24,16 @@ class TestDecisionToolUnit(ToolsUnitTests):
     @property
     def tool_invoke_params_example(self) -> dict:
         return {"state": "The app crashes on login"}
+
+
+class TestDecisionToolUnit(_TriageTool, ToolsUnitTests):
+    pass
 
 
 @pytest.mark.filterwarnings("ignore:.*is marked with '@pytest.mark.asyncio':pytest.PytestWarning")
 @pytest.mark.asyncio
-class TestDecisionToolIntegration(ToolsIntegrationTests):
-    @property
-    def tool_constructor(self) -> BaseTool:
-        return TOOL
-
-    @property
-    def tool_invoke_params_example(self) -> dict:
-        return {"state": "The app crashes on login"}
+class TestDecisionToolIntegration(_TriageTool, ToolsIntegrationTests):
+    pass
 
 
 def test_tool_message_carries_json_and_typed_artifact(fake_decider) -> None:
