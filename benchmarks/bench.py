@@ -17,7 +17,11 @@ Peers (every one gets exactly the token ids our compiler builds):
 
 Workloads: W1 one noul about a ~100-token state; W2 choice-of-5 + noul + score-of-5 about a
 ~300-token state; W3 a 20-option choice; W4 a 200-option choice and, for the ratio, W4-5: a
-5-option choice of the same kind about the same state.
+5-option choice of the same kind about the same state. W5: ``--w5-clients`` concurrent HTTP clients
+(default 16) against ``typed-decisions serve`` (a subprocess, micro-batching on, then off), each
+sending ``--w5-requests`` W2 requests, every one about a different ticket (``w5_requests``); the
+baseline is the same requests answered one by one in-process, and every HTTP answer is compared
+with it (``load.py``'s client and comparison code).
 
 Also measured in the same run: matmul peaks (torch fp32/bf16/int8 and ONNX Runtime fp32/int8, 2048³
 GEMMs on the benchmark's threads), prefill GFLOP/s = 2·params·tokens/time (params: the backbone's
@@ -26,6 +30,7 @@ INT8 (and fp32) prefill (session profiling), peak RSS per phase, the load averag
 
     python benchmarks/bench.py --model tiny --trials 5
     python benchmarks/bench.py --model default --trials 3 --out benchmarks/results/default.json
+    python benchmarks/bench.py --model tiny --workloads W5 --peers ours --w5-clients 16 --w5-requests 4
 
 The last line printed is one JSON object of ratios (peer median / ours median; > 1 = ours faster).
 """
@@ -38,6 +43,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import sys
 import tempfile
 import threading
@@ -219,9 +225,10 @@ ASPECTS = ["refunds", "outages", "upgrades", "access", "contracts", "delays", "i
            "limits", "questions"]
 
 
-def make_state(tok: Any, n_tokens: int) -> str:
-    """A support ticket of about ``n_tokens`` tokens (sentences cycled until the count is reached)."""
-    text, i = "", 0
+def make_state(tok: Any, n_tokens: int, first: int = 0, head: str = "") -> str:
+    """A support ticket of about ``n_tokens`` tokens: ``head``, then the sentences cycled from
+    ``first`` until the count is reached."""
+    text, i = head, first
     while len(tok.encode_plain(text)) < n_tokens:
         text += ("" if not text else " ") + SENTENCES[i % len(SENTENCES)]
         i += 1
@@ -249,6 +256,24 @@ def workloads(tok: Any) -> dict[str, dict[str, Any]]:
         "W4": req(s300, {"queue": choice(names200)}),
         "W4-5": req(s300, {"queue": choice(names200[::40])}),
     }
+
+
+def w5_requests(tok: Any, model: str, n: int) -> list[dict[str, Any]]:
+    """W5's ``n`` requests: W2's three questions, each about a different ~300-token ticket.
+
+    Request ``k``'s state is ``"Ticket #<k+1>."`` followed by the ticket sentences starting at
+    sentence ``k mod 14``: all ``n`` states differ within their first tokens, so neither the
+    cross-request prefix cache nor the batch's shared-prefix step can reuse one request's state
+    for another (only the chat template before the state is shared, as for any two tickets).
+
+    >>> class Tok:  # one token per word
+    ...     def encode_plain(self, text): return text.split()
+    >>> [r["state"][:24] for r in w5_requests(Tok(), "m", 2)]
+    ['Ticket #1. Hi, I was bil', 'Ticket #2. Please refund']
+    """
+    w2 = workloads(tok)["W2"]
+    return [{**w2, "model": model, "state": make_state(tok, 300, first=k, head=f"Ticket #{k + 1}.")}
+            for k in range(n)]
 
 
 def warm_request(request: dict[str, Any]) -> dict[str, Any]:
@@ -450,14 +475,94 @@ class LlamaCpp:
         return out, computed
 
 
+# --------------------------------------------------------------------------- W5
+
+W5_TIMEOUT_S = 600  # per HTTP request
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the `with Server` blocks, which stop the servers
+
+
+def run_w5(args: argparse.Namespace, export_dir: Path, dtype: str, mode: str, tok: Any, model_name: str,
+           R: dict[str, Any], save: Callable[[], Any]) -> None:
+    """W5: the same N = ``--w5-clients`` × ``--w5-requests`` requests (``w5_requests``) answered
+
+    1. ``sequential``: one by one in-process (``Decider.run``; the baseline, and the expected answers);
+    2. ``http_batched``: by ``--w5-clients`` concurrent clients (client ``i`` sends requests
+       ``i·R … i·R + R - 1`` in order over its own keep-alive connection) against ``typed-decisions
+       serve --max-batch 8 --max-wait-ms 5`` (micro-batching on, load.py's ``batched``);
+    3. ``http_unbatched``: the same against ``--max-batch 1``.
+
+    Same export, label mode and ONNX Runtime threads everywhere. Each system first answers one
+    untimed W1 request (a state none of the N shares). Every HTTP answer is compared with the
+    in-process one (load.py's ``differences``: numbers within ``--w5-atol``, the rest exactly).
+    Each server is a subprocess on a free loopback port, stopped when its phase ends, error or not
+    (a SIGTERM to this script included). Latency: per request (client side for HTTP);
+    throughput: N / wall time of the phase."""
+    import httpx
+    import load as load_bench  # benchmarks/load.py: the server subprocess, the clients, the comparison
+
+    from typed_decisions.decider import Decider
+
+    clients, per = args.w5_clients, args.w5_requests
+    n = clients * per
+    reqs = w5_requests(tok, model_name, n)
+    warm = {**workloads(tok)["W1"], "model": model_name}  # first-run allocations, untimed; W1's state is not among reqs
+    schedule = [[i * per + j for j in range(per)] for i in range(clients)]
+    common = {"dtype": dtype, "mode": mode, "threads": args.threads, "clients": clients,
+              "requests_per_client": per, "requests": n}
+    W5 = R.setdefault("W5", {})
+
+    dec = Decider.from_dir(export_dir, label_mode=mode, threads=args.threads)
+    dec.run(warm)
+    latency, expected = [], []
+    t0 = time.perf_counter()
+    for r in tqdm(reqs, desc=f"W5 sequential {dtype} {mode}", leave=False, file=sys.stderr):
+        t = time.perf_counter()
+        body = dec.run(r).model_dump(mode="json")
+        latency.append(time.perf_counter() - t)
+        expected.append(json.loads(json.dumps(body)))  # what a client decodes
+    wall = time.perf_counter() - t0
+    W5["sequential"] = {**summarize(latency), **common, "wall_s": round(wall, 3),
+                        "throughput_rps": round(n / wall, 3)}
+    print(f"W5 sequential: {n} requests in {wall:.2f} s", file=sys.stderr, flush=True)
+    save()
+    del dec
+    gc.collect()
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main_thread else None
+    try:
+        for config, max_batch, max_wait_ms in load_bench.CONFIGS:
+            server = load_bench.Server(export_dir, name=f"w5-{config}", threads=args.threads, max_batch=max_batch,
+                                       max_wait_ms=max_wait_ms, labels=mode)
+            with server:
+                httpx.post(server.url + "/v1/systemone", json=warm, headers=load_bench.HEADERS,
+                           timeout=W5_TIMEOUT_S).raise_for_status()
+                phase = load_bench.concurrent_clients(server.url, reqs, expected, schedule, atol=args.w5_atol,
+                                                      timeout_s=W5_TIMEOUT_S)
+            r = load_bench.summary(phase)
+            W5[f"http_{config}"] = {**(summarize(phase["latency"]) if phase["latency"] else {}), **common,
+                                    "max_batch": max_batch, "max_wait_ms": max_wait_ms, **r,
+                                    "server_exit": server.exit_code, "server_log": str(server.log_path)}
+            print(f"W5 http_{config}: {r['ok']}/{n} ok in {r['wall_s']:.2f} s, {r['errors']} errors, "
+                  f"{r['mismatches']} answers differ from sequential (max |Δ| {r['max_abs_diff_vs_sequential']:.1e}), "
+                  f"{r['requests_per_engine_call']} requests per engine call", file=sys.stderr, flush=True)
+            save()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 # --------------------------------------------------------------------------- main
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny", help="catalogue name (tiny, default, ...) or an export directory")
     p.add_argument("--trials", type=int, default=5)
-    p.add_argument("--workloads", default="W1,W2,W3,W4")
+    p.add_argument("--workloads", default="W1,W2,W3,W4,W5")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--peers", default="ours,reference,free_text,llama_cpp")
     p.add_argument("--ours", default="fp32,int8", help="dtypes of ours to run")
@@ -473,12 +578,19 @@ def main() -> int:
     p.add_argument("--profile", default="int8,fp32", help="dtypes whose prefill is profiled (or 'none')")
     p.add_argument("--llama-site", default="/tmp/llvenv/lib/python3.11/site-packages",
                    help="extra site-packages holding llama_cpp (a throwaway venv), appended to sys.path")
+    p.add_argument("--w5-clients", type=int, default=16, help="W5: concurrent HTTP clients")
+    p.add_argument("--w5-requests", type=int, default=4, help="W5: requests per client (each a different state)")
+    p.add_argument("--w5-dtype", choices=["fp32", "int8"], default=None,
+                   help="W5: the export the server and the in-process baseline load (default: the first of --ours)")
+    p.add_argument("--w5-atol", type=float, default=1e-5,
+                   help="W5: largest difference of a number in an HTTP answer from the in-process one")
     p.add_argument("--out", type=Path, default=None)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     wl_names = args.workloads.split(",")
     if "W4" in wl_names and "W4-5" not in wl_names:
         wl_names.append("W4-5")
     peers = set(args.peers.split(","))
+    w5_dtype = args.w5_dtype or args.ours.split(",")[0]
     peer_trials = args.peer_trials or args.trials
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -489,7 +601,7 @@ def main() -> int:
     from typed_decisions.decider import Decider, parse_request
 
     fp32_dir, int8_dir, gguf = resolve_model(args.model)
-    if "int8" in args.ours and int8_dir is None:
+    if ("int8" in args.ours or ("W5" in wl_names and w5_dtype == "int8")) and int8_dir is None:
         rss.phase("export_int8")
         int8_dir, note = make_int8(fp32_dir)
         if note:
@@ -505,14 +617,14 @@ def main() -> int:
     print(f"model {art.name}: {params / 1e6:.1f} M backbone matmul params; fp32 {fp32_dir}; int8 {int8_dir}; "
           f"gguf {gguf}; load {os.getloadavg()}", file=sys.stderr)
 
-    rss.phase("matmul_peaks")
-    res["matmul_peaks_gflops"] = matmul_peaks(args.threads)
-    print("matmul peaks GFLOP/s", res["matmul_peaks_gflops"], file=sys.stderr)
-
     from typed_decisions.tokenization import TextTokenizer
 
     tok = TextTokenizer(art.tokenizer_path, art.tokenizer_info)
-    reqs = {k: v for k, v in workloads(tok).items() if k in wl_names}
+    reqs = {k: v for k, v in workloads(tok).items() if k in wl_names}  # W1-W4 (W5 is its own phase)
+    if reqs:  # the peaks are only compared with the prefill of W1-W4's ours
+        rss.phase("matmul_peaks")
+        res["matmul_peaks_gflops"] = matmul_peaks(args.threads)
+        print("matmul peaks GFLOP/s", res["matmul_peaks_gflops"], file=sys.stderr)
     R = res["results"]
     ours_probs: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     compiled: dict[tuple[str, str], Any] = {}
@@ -526,7 +638,7 @@ def main() -> int:
         out.write_text(json.dumps({**res, "partial": True}, indent=1, default=float) + "\n")  # survives a kill
 
     # ---- ours
-    if "ours" in peers:
+    if "ours" in peers and reqs:
         for dtype in args.ours.split(","):
             d = fp32_dir if dtype == "fp32" else int8_dir
             for mode in args.modes.split(","):
@@ -581,7 +693,7 @@ def main() -> int:
     names_mode = "names" if any(m == "names" for (_, m) in compiled) else mode0
 
     # ---- reference and free text (transformers)
-    if peers & {"reference", "free_text"}:
+    if peers & {"reference", "free_text"} and reqs:
         rss.phase("transformers_load")
         if gguf is None:
             res["skipped"]["transformers"] = "no GGUF for this export: the reference needs the same weights"
@@ -645,7 +757,7 @@ def main() -> int:
             gc.collect()
 
     # ---- llama.cpp
-    if "llama_cpp" in peers:
+    if "llama_cpp" in peers and reqs:
         rss.phase("llama_cpp")
         if args.llama_site and Path(args.llama_site).is_dir():
             sys.path.append(args.llama_site)
@@ -678,6 +790,13 @@ def main() -> int:
                 del lc
                 gc.collect()
 
+    # ---- W5: concurrent HTTP clients against `typed-decisions serve`
+    if "W5" in wl_names:
+        rss.phase("W5")
+        w5_dir = fp32_dir if w5_dtype == "fp32" else int8_dir
+        run_w5(args, w5_dir, w5_dtype, mode0, tok, art.name, R, lambda: out.write_text(
+            json.dumps({**res, "partial": True}, indent=1, default=float) + "\n"))
+
     rss.stop()
     res["peak_rss_mb"] = {k: round(v / 2 ** 20) for k, v in rss.peaks.items()}
     res["ru_maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -691,7 +810,11 @@ def main() -> int:
 
 
 def ratios(res: dict[str, Any], mode: str) -> dict[str, Any]:
-    """Peer median / ours median (> 1: ours faster); ours = fp32 and int8, ``mode`` labels, cache off."""
+    """Peer median / ours median (> 1: ours faster); ours = fp32 and int8, ``mode`` labels, cache off.
+
+    W5: ``W5/<a>/<b>`` = wall time of system ``a`` / wall time of ``b`` for the same N requests
+    (> 1: ``b`` faster), plus each HTTP configuration's error count and whether all its answers
+    equal the in-process sequential ones."""
     R = res["results"]
     out: dict[str, Any] = {"model": res["model"], "load_avg": round(max(res["load_avg_start"][0], res["load_avg_end"][0]), 2)}
 
@@ -716,6 +839,14 @@ def ratios(res: dict[str, Any], mode: str) -> dict[str, Any]:
             a, b = med("W4", f"ours_{dtype}_letters_cache-{cache}"), med("W4-5", f"ours_{dtype}_letters_cache-{cache}")
             if a and b and mode != "letters":
                 out[f"W4_over_W4-5/ours_{dtype}_letters_cache-{cache}"] = round(a / b, 2)
+    w5 = R.get("W5", {})
+    for a, b in (("sequential", "http_batched"), ("sequential", "http_unbatched"), ("http_unbatched", "http_batched")):
+        if w5.get(a, {}).get("wall_s") and w5.get(b, {}).get("wall_s"):  # the same N requests
+            out[f"W5/{a}/{b}"] = round(w5[a]["wall_s"] / w5[b]["wall_s"], 2)
+    for b in ("http_batched", "http_unbatched"):
+        if b in w5:
+            out[f"W5/{b}/errors"] = w5[b]["errors"]
+            out[f"W5/{b}/all_equal_sequential"] = w5[b]["all_equal_sequential"]
     pf, peaks = res.get("prefill", {}), res.get("matmul_peaks_gflops", {})
     if "fp32" in pf and "int8" in pf:
         out["prefill_int8_over_fp32"] = round(pf["int8"]["gflops"] / pf["fp32"]["gflops"], 2)

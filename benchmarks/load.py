@@ -24,6 +24,9 @@ it says how much of the numbers belongs to other jobs.
 
 The last line printed is one JSON object; it is also written to
 ``benchmarks/results/load-<model directory name>.json``. Only loopback traffic.
+
+``benchmarks/bench.py``'s workload W5 reuses this module: ``Server`` (the subprocess, always
+stopped), ``concurrent_clients`` (the clients and the comparison of every answer) and ``summary``.
 """
 
 from __future__ import annotations
@@ -137,29 +140,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_command(model: Path, port: int, threads: int, max_batch: int, max_wait_ms: float) -> list[str]:
+HEADERS = {"Authorization": "Bearer load-benchmark"}
+# (name, --max-batch, --max-wait-ms) of the two server configurations compared
+CONFIGS = [("batched", 8, 5.0), ("unbatched", 1, 5.0)]
+
+
+def serve_command(model: Path, port: int, threads: int, max_batch: int, max_wait_ms: float,
+                  labels: str | None = None) -> list[str]:
     exe = Path(sys.executable).with_name("typed-decisions")
     head = [str(exe)] if exe.exists() else [sys.executable, "-m", "typed_decisions.cli"]
     return [*head, "serve", "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--threads", str(threads), "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms),
-            "--log-level", "warning"]
+            *(["--labels", labels] if labels else []), "--log-level", "warning"]
 
 
 def start_server(cmd: list[str], url: str, log_path: Path, timeout_s: float = 300) -> subprocess.Popen[bytes]:
-    log = log_path.open("wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"serve exited with {proc.returncode}; see {log_path}")
-        try:
-            if httpx.get(url + "/readyz", timeout=5).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"serve was not ready within {timeout_s:.0f} s; see {log_path}")
+    """Start ``cmd`` and wait for ``/readyz``; the process is killed if anything goes wrong meanwhile."""
+    with log_path.open("wb") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve exited with {proc.returncode}; see {log_path}")
+            try:
+                if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+                    return proc
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"serve was not ready within {timeout_s:.0f} s; see {log_path}")
+    except BaseException:  # includes KeyboardInterrupt / SystemExit: never leave a server behind
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        raise
 
 
 def stop_server(proc: subprocess.Popen[bytes]) -> int:
@@ -171,6 +186,33 @@ def stop_server(proc: subprocess.Popen[bytes]) -> int:
         return proc.wait(10)
 
 
+class Server:
+    """``typed-decisions serve`` in a subprocess on 127.0.0.1 and a free port, as a context manager:
+    ready (``/readyz``) on entry, stopped (SIGTERM, then SIGKILL after 60 s) on exit, error or not.
+
+    ``url``, ``cmd`` and ``log_path`` are set at construction, ``exit_code`` after the exit."""
+
+    def __init__(self, model: Path, *, name: str, threads: int, max_batch: int, max_wait_ms: float,
+                 labels: str | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cmd = serve_command(model, self.port, threads, max_batch, max_wait_ms, labels)
+        self.log_path = Path(tempfile.gettempdir()) / f"typed-decisions-load-{name}-{self.port}.log"
+        self.name = name
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None
+
+    def __enter__(self) -> Server:
+        print(f"[{self.name}] {shlex.join(self.cmd)}", file=sys.stderr, flush=True)
+        self.proc = start_server(self.cmd, self.url, self.log_path)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.exit_code = stop_server(self.proc)
+            self.proc = None
+
+
 def batch_metrics(url: str) -> tuple[float, float]:
     """(engine calls, requests answered by them) so far, from the server's Prometheus text."""
     text = httpx.get(url + "/metrics", timeout=10).text
@@ -178,22 +220,101 @@ def batch_metrics(url: str) -> tuple[float, float]:
     return value("typed_decisions_batch_requests_count"), value("typed_decisions_batch_requests_sum")
 
 
+def concurrent_clients(url: str, reqs: list[dict[str, Any]], expected: list[Any], schedule: list[list[int]], *,
+                       atol: float, timeout_s: float) -> dict[str, Any]:
+    """``len(schedule)`` client threads, client ``i`` sending ``reqs[k]`` for each ``k`` of ``schedule[i]``
+    in order over its own keep-alive connection; every answer is compared with ``expected[k]``
+    (``differences``: numbers within ``atol``, everything else exactly).
+
+    Returns the raw outcome: per-request latencies (client side, send to full body, successes
+    only), errors and mismatches (strings), how many bodies equal their expected answer exactly,
+    the largest numeric difference, the wall time, the server's engine calls and the requests they
+    answered during the phase, the 1-minute load average before and after. ``summary`` condenses it.
+    """
+    latency: list[float] = []
+    errors: list[str] = []
+    mismatches: list[str] = []
+    exact = [0]
+    max_diff = [0.0]
+    lock = threading.Lock()
+    stop = threading.Event()  # set when the caller is interrupted: clients send nothing more
+
+    def one_client(i: int) -> None:
+        with httpx.Client(base_url=url, headers=HEADERS, timeout=timeout_s) as client:
+            for j, k in enumerate(schedule[i]):
+                if stop.is_set():
+                    return
+                t = time.perf_counter()
+                try:
+                    resp = client.post("/v1/systemone", json=reqs[k])
+                except httpx.HTTPError as e:
+                    with lock:
+                        errors.append(f"client {i} request {j}: {type(e).__name__}: {e}")
+                    continue
+                seconds = time.perf_counter() - t
+                with lock:
+                    if resp.status_code != 200:
+                        errors.append(f"client {i} request {j}: HTTP {resp.status_code} {resp.text[:200]}")
+                        continue
+                    latency.append(seconds)
+                    body = resp.json()
+                    diff = differences(body, expected[k], atol)
+                    max_diff[0] = max(max_diff[0], max_abs_difference(body, expected[k]))
+                    exact[0] += body == expected[k]
+                    if diff:
+                        mismatches.append(f"request {k}: {'; '.join(diff[:3])}")
+
+    metrics_before = batch_metrics(url)
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    pool = ThreadPoolExecutor(len(schedule))
+    try:
+        list(pool.map(one_client, range(len(schedule))))
+    except BaseException:  # e.g. SIGTERM turned into SystemExit: do not wait for the remaining requests
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    wall = time.perf_counter() - t0
+    load_after = os.getloadavg()
+    calls, answered = (after - before for after, before in zip(batch_metrics(url), metrics_before))
+    return {"requests": sum(map(len, schedule)), "latency": latency, "errors": errors, "mismatches": mismatches,
+            "exact": exact[0], "max_diff": max_diff[0], "wall_s": wall, "engine_calls": calls,
+            "engine_answered": answered, "load_before": load_before[0], "load_after": load_after[0]}
+
+
+def summary(phase: dict[str, Any]) -> dict[str, Any]:
+    """The reported fields of a ``concurrent_clients`` outcome (load.py and bench.py's W5 both use it).
+
+    ``all_equal_sequential``: every request answered 200 and within ``atol`` of its expected answer;
+    ``identical``: how many bodies were exactly equal to it."""
+    ok, calls = len(phase["latency"]), phase["engine_calls"]
+    return {
+        "requests": phase["requests"], "ok": ok, "errors": len(phase["errors"]),
+        "mismatches": len(phase["mismatches"]), "identical": phase["exact"],
+        "all_equal_sequential": ok == phase["requests"] and not phase["mismatches"],
+        "max_abs_diff_vs_sequential": phase["max_diff"],
+        "wall_s": round(phase["wall_s"], 3), "throughput_rps": round(ok / phase["wall_s"], 3),
+        # engine calls of the concurrent phase only (not the self-test, not a sequential pass)
+        "engine_calls": int(calls),
+        "requests_per_engine_call": round(phase["engine_answered"] / calls, 2) if calls else None,
+        "loadavg_1m_before": round(phase["load_before"], 2), "loadavg_1m_after": round(phase["load_after"], 2),
+        "first_errors": phase["errors"][:5], "first_mismatches": phase["mismatches"][:5],
+    }
+
+
 def run_config(name: str, model: Path, *, threads: int, max_batch: int, max_wait_ms: float,
                clients: int, per_client: int, atol: float, timeout_s: float) -> dict[str, Any]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = serve_command(model, port, threads, max_batch, max_wait_ms)
-    print(f"[{name}] {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    proc = start_server(cmd, url, Path(tempfile.gettempdir()) / f"typed-decisions-load-{name}-{port}.log")
-    headers = {"Authorization": "Bearer load-benchmark"}
-    try:
+    server = Server(model, name=name, threads=threads, max_batch=max_batch, max_wait_ms=max_wait_ms)
+    with server:
+        url = server.url
         served = httpx.get(url + "/readyz", timeout=10).json()["model"]
         reqs = requests_set(served)
 
         # 1. the sequential answers, one client, one request at a time
         sequential: list[dict[str, Any]] = []
         seq_latency: list[float] = []
-        with httpx.Client(base_url=url, headers=headers, timeout=timeout_s) as client:
+        with httpx.Client(base_url=url, headers=HEADERS, timeout=timeout_s) as client:
             for r in reqs:
                 t = time.perf_counter()
                 resp = client.post("/v1/systemone", json=r)
@@ -203,62 +324,17 @@ def run_config(name: str, model: Path, *, threads: int, max_batch: int, max_wait
         print(f"[{name}] sequential: {len(reqs)} requests, p50 {1000 * statistics.median(seq_latency):.0f} ms",
               file=sys.stderr, flush=True)
 
-        # 2. concurrent clients, each on its own connection, cycling through the same requests
-        latency: list[float] = []
-        errors: list[str] = []
-        mismatches: list[str] = []
-        max_diff = [0.0]
-        lock = threading.Lock()
-
-        def one_client(i: int) -> None:
-            with httpx.Client(base_url=url, headers=headers, timeout=timeout_s) as client:
-                for j in range(per_client):
-                    k = (i + j) % len(reqs)
-                    t = time.perf_counter()
-                    try:
-                        resp = client.post("/v1/systemone", json=reqs[k])
-                    except httpx.HTTPError as e:
-                        with lock:
-                            errors.append(f"client {i} request {j}: {type(e).__name__}: {e}")
-                        continue
-                    seconds = time.perf_counter() - t
-                    with lock:
-                        if resp.status_code != 200:
-                            errors.append(f"client {i} request {j}: HTTP {resp.status_code} {resp.text[:200]}")
-                            continue
-                        latency.append(seconds)
-                        body = resp.json()
-                        diff = differences(body, sequential[k], atol)
-                        max_diff[0] = max(max_diff[0], max_abs_difference(body, sequential[k]))
-                        if diff:
-                            mismatches.append(f"request {k}: {'; '.join(diff[:3])}")
-
-        metrics_before = batch_metrics(url)
-        load_before = os.getloadavg()
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(clients) as pool:
-            list(pool.map(one_client, range(clients)))
-        wall = time.perf_counter() - t0
-        load_after = os.getloadavg()
-        metrics_after = batch_metrics(url)
-    finally:
-        exit_code = stop_server(proc)
-    total = clients * per_client
-    calls, answered = (after - before for after, before in zip(metrics_after, metrics_before))
+        # 2. concurrent clients, each on its own connection, client i sending request (i + j) mod 20 as its j-th
+        schedule = [[(i + j) % len(reqs) for j in range(per_client)] for i in range(clients)]
+        phase = concurrent_clients(url, reqs, sequential, schedule, atol=atol, timeout_s=timeout_s)
+    latency = phase["latency"]
     return {
         "config": name, "max_batch": max_batch, "max_wait_ms": max_wait_ms, "threads": threads,
-        "clients": clients, "requests_per_client": per_client, "requests": total,
-        "ok": len(latency), "errors": len(errors), "mismatches": len(mismatches),
-        "max_abs_diff_vs_sequential": max_diff[0],
-        "wall_s": round(wall, 2), "throughput_rps": round(len(latency) / wall, 3),
+        "clients": clients, "requests_per_client": per_client, **summary(phase),
         "p50_ms": round(1000 * percentile(latency, 0.50), 1) if latency else None,
         "p95_ms": round(1000 * percentile(latency, 0.95), 1) if latency else None,
         "sequential_p50_ms": round(1000 * statistics.median(seq_latency), 1),
-        # engine calls of the concurrent phase only (not the self-test, not the sequential pass)
-        "engine_calls": int(calls), "requests_per_engine_call": round(answered / calls, 2) if calls else None,
-        "loadavg_1m_before": round(load_before[0], 2), "loadavg_1m_after": round(load_after[0], 2),
-        "server_exit": exit_code, "sequential_answers": sequential,
-        "first_errors": errors[:5], "first_mismatches": mismatches[:5],
+        "server_exit": server.exit_code, "sequential_answers": sequential,
     }
 
 
@@ -282,10 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     model = (args.model or default_model()).resolve()
     RESULTS.mkdir(exist_ok=True)
-    configs = [("batched", 8, 5.0), ("unbatched", 1, 5.0)]
     runs = [run_config(name, model, threads=args.threads, max_batch=b, max_wait_ms=w, clients=args.clients,
                        per_client=args.requests, atol=args.atol, timeout_s=args.timeout)
-            for name, b, w in configs if args.only in (None, name)]
+            for name, b, w in CONFIGS if args.only in (None, name)]
     # Both servers' sequential answers must agree too (batching is off for the sequential pass anyway).
     cross = max((max_abs_difference(a, b) for a, b in zip(runs[0]["sequential_answers"], runs[-1]["sequential_answers"])),
                 default=0.0)
