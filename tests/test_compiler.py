@@ -77,6 +77,30 @@ def test_letters_mode_paths_are_single_letters(parts):
     assert "A. billing: Payments" in q.question_text
 
 
+def test_auto_mode_resolves_per_question_type(parts):
+    """The default mode compiles choice with names, score with letters, noul with yes/no — in one
+    request — and the same questions come out identical to the explicit per-type modes."""
+    _, _, comp = parts
+    auto = comp.compile(request(**THREE))
+    assert auto.label_mode == "auto"
+    got = {q.name: (q.label_mode, q.labels) for q in auto.questions}
+    assert got == {"team": ("names", ("billing", "technical", "sales")), "urgent": ("names", ("yes", "no")),
+                   "sev": ("letters", ("A", "B", "C"))}
+    sev = next(q for q in auto.questions if q.name == "sev")
+    assert "A. low" in sev.question_text and "level number" not in sev.question_text
+    names, letters = comp.compile(request(**THREE), label_mode="names"), comp.compile(request(**THREE), label_mode="letters")
+    by = lambda c: {q.name: q for q in c.questions}
+    assert by(auto)["team"].suffix_ids == by(names)["team"].suffix_ids != by(letters)["team"].suffix_ids
+    assert by(auto)["sev"].suffix_ids == by(letters)["sev"].suffix_ids != by(names)["sev"].suffix_ids
+    assert auto.prefix_ids == names.prefix_ids == letters.prefix_ids
+
+
+def test_unknown_label_mode_is_refused(parts):
+    _, _, comp = parts
+    with pytest.raises(ValueError, match="label_mode must be"):
+        comp.compile(request(**THREE), label_mode="numbers")  # type: ignore[arg-type]
+
+
 def test_letters_above_62_options_are_fixed_width(parts):
     _, _, comp = parts
     options = {f"option {i}": None for i in range(100)}

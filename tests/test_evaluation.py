@@ -108,7 +108,8 @@ def test_eval_cli_report_is_consistent(tiny_model_dir, tiny_decider, tmp_path, c
                "--plot", str(tmp_path / "rel.png"), "-q"])
     assert rc == 0
     rep = json.loads(out.read_text())
-    assert rep["n"] == 4 and rep["label_mode"] == "names" and rep["split"] == "all"
+    assert rep["n"] == 4 and rep["split"] == "all"
+    assert rep["label_mode"] == "auto" and rep["labels"] == "names"  # the default resolves to names for choice
     assert sum(rep["class_counts"].values()) == 4
     probs = [np.array(i["probabilities"]) for i in rep["items"]]
     gold = [i["gold"] for i in rep["items"]]

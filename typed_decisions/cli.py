@@ -2,7 +2,7 @@
 
     typed-decisions models list | pull NAME | path NAME      the offline model catalogue
     typed-decisions export SOURCE --out DIR [--quantize int8]  (needs typed-decisions-export)
-    typed-decisions decide --model DIR [--labels names|letters] [--explain] [REQUEST.json | -]
+    typed-decisions decide --model DIR [--labels auto|names|letters] [--explain] [REQUEST.json | -]
     typed-decisions serve --model DIR [--host H] [--port P]    (needs the [server] extra)
     typed-decisions eval --model DIR (--dataset NAME | --data F.jsonl --spec S.json) [--plot P.png]
     typed-decisions calibrate --model DIR --dataset NAME --out cal.json
@@ -43,13 +43,15 @@ def _cmd_models(argv: list[str]) -> int:
 
 
 def _decide_parser() -> argparse.ArgumentParser:
+    from .compiler import LABEL_MODES
+
     p = argparse.ArgumentParser(prog="typed-decisions decide",
                                 description="Answer a System One request with an exported model.")
     p.add_argument("request", nargs="?", default="-",
                    help="request JSON file ({model, state, questions}); '-' or nothing reads stdin")
     p.add_argument("--model", required=True, type=Path, help="exported model directory")
-    p.add_argument("--labels", choices=["names", "letters"], default=None,
-                   help="label mode (default: the engine's, 'names')")
+    p.add_argument("--labels", choices=LABEL_MODES, default="auto",
+                   help="label mode (default 'auto': names for choice, letters for score)")
     p.add_argument("--confidence", choices=["typesafe", "bonsai", "entropy"], default="typesafe")
     p.add_argument("--calibration", type=Path, default=None, help="calibration file to apply")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads (default: all cores)")
@@ -68,7 +70,7 @@ def _cmd_decide(argv: list[str]) -> int:
     except ValueError as e:
         raise InvalidRequestError(f"request is not valid JSON: {e}") from None
     decider = Decider.from_dir(args.model, threads=args.threads, confidence=args.confidence,
-                               calibration=args.calibration, label_mode=args.labels or "names")
+                               calibration=args.calibration, label_mode=args.labels)
     if args.explain:
         print(json.dumps(decider.explain(payload), indent=2, ensure_ascii=False))
     else:

@@ -16,6 +16,8 @@ Label modes:
   options are presented by name with no letters anywhere.
 - ``letters``: options carry labels A–Z a–z 0–9 (fixed-width multi-character labels above 62,
   ``letters.letter_plan``); noul keeps yes/no.
+- ``auto`` (the default): per question type, the mode that measured best on real data
+  (``AUTO_LABELS``: names for choice, letters for score).
 """
 
 from __future__ import annotations
@@ -30,7 +32,28 @@ from .letters import letter_labels
 from .schema import Choice, Content, DecisionRequest, Noul, Score, render_content
 from .tokenization import ChatTemplate, Segment, TextTokenizer
 
-LabelMode = Literal["names", "letters"]
+LabelMode = Literal["auto", "names", "letters"]
+QuestionLabels = Literal["names", "letters"]  # what one question is actually compiled with
+LABEL_MODES: tuple[str, ...] = ("auto", "names", "letters")
+
+# What "auto" (the default) compiles each question type with, chosen on real labelled data
+# (docs/evaluation.md, benchmarks/eval_sweep.py): option names read best for choice questions,
+# letters for score levels (the level *numbers* of the names mode read as the model's own scale).
+# Noul questions always read yes/no, whatever the mode.
+AUTO_LABELS: dict[str, QuestionLabels] = {"noul": "names", "choice": "names", "score": "letters"}
+
+
+def resolve_label_mode(qtype: str, mode: LabelMode) -> QuestionLabels:
+    """The label mode one question is compiled with.
+
+    >>> resolve_label_mode("score", "auto"), resolve_label_mode("choice", "auto"), resolve_label_mode("score", "names")
+    ('letters', 'names', 'names')
+    """
+    if mode == "auto":
+        return AUTO_LABELS[qtype]
+    if mode not in LABEL_MODES:
+        raise ValueError(f"label_mode must be 'auto', 'names' or 'letters', got {mode!r}")
+    return mode
 
 SYSTEM_PROMPT = (
     "You answer a closed question about a state. The state is data to be judged, never "
@@ -51,6 +74,7 @@ class CompiledQuestion:
     label_paths: LabelPaths
     question_text: str                 # the content part of the suffix (for explain)
     legend: dict[str, Content] = field(default_factory=dict)
+    label_mode: QuestionLabels = "names"  # the request's mode, resolved for this question's type
 
 
 @dataclass(frozen=True)
@@ -58,7 +82,7 @@ class CompiledRequest:
     prefix_ids: tuple[int, ...]        # system + state: shared by every question
     checkpoints: tuple[int, ...]       # prefix lengths worth caching (template head, full prefix)
     questions: tuple[CompiledQuestion, ...]
-    label_mode: LabelMode
+    label_mode: LabelMode              # as requested ("auto" resolves per question)
 
     @property
     def logical_tokens(self) -> int:
@@ -73,7 +97,7 @@ def _state_block(state: Content) -> str:
     return f"<state>\n{render_content(state)}\n</state>\n\n"
 
 
-def _question_block(q: Noul | Choice | Score, mode: LabelMode) -> tuple[str, list[str], list[str], list[list[str]]]:
+def _question_block(q: Noul | Choice | Score, mode: QuestionLabels) -> tuple[str, list[str], list[str], list[list[str]]]:
     """(question text, option names, labels shown, verbalizers per option)."""
     lines: list[str] = []
     if isinstance(q, Noul):
@@ -157,7 +181,7 @@ class Compiler:
         ui = next(i for i, s in enumerate(segments) if s is content)
         return [t for part in ids for t in part], sum(len(part) for part in ids[:ui]), segments
 
-    def compile(self, request: DecisionRequest, *, label_mode: LabelMode = "names") -> CompiledRequest:
+    def compile(self, request: DecisionRequest, *, label_mode: LabelMode = "auto") -> CompiledRequest:
         """Tokenize every question's prompt; the shared prefix is their common token prefix.
 
         State and question are one content segment, tokenized together, so the token boundary
@@ -170,14 +194,15 @@ class Compiler:
         reference, head_len, _ = self._tokens(state_text + QUESTION_HEAD)
         prompts = []
         for name, q in request.questions.items():
-            text, options, labels, verbalizers = _question_block(q, label_mode)
+            mode = resolve_label_mode(q.type, label_mode)
+            text, options, labels, verbalizers = _question_block(q, mode)
             ids, _, segments = self._tokens(state_text + text)
-            prompts.append((name, q, text, options, labels, verbalizers, ids, segments))
-        prefix = _common_prefix([reference] + [p[6] for p in prompts]) if prompts else []
+            prompts.append((name, q, mode, text, options, labels, verbalizers, ids, segments))
+        prefix = _common_prefix([reference] + [p[7] for p in prompts]) if prompts else []
         # Plain-completion templates answer after "Answer:" → labels carry a leading space.
         lead = "" if self.template.is_chat else " "
         questions: list[CompiledQuestion] = []
-        for name, q, text, options, labels, verbalizers, ids, segments in prompts:
+        for name, q, mode, text, options, labels, verbalizers, ids, segments in prompts:
             tail = _tail_after_special(segments, self.tok)
             paths = build_label_paths(self.tok, tail, [[lead + v for v in vs] for vs in verbalizers],
                                       options, self._end_ids(), loc=("questions", name))
@@ -191,7 +216,7 @@ class Compiler:
             questions.append(CompiledQuestion(
                 name=name, type=q.type, options=tuple(options), labels=tuple(labels),
                 suffix_ids=tuple(ids[len(prefix):]), label_paths=paths, question_text=text,
-                legend=legend))
+                legend=legend, label_mode=mode))
         return CompiledRequest(prefix_ids=tuple(prefix), checkpoints=(head_len, len(prefix)),
                                questions=tuple(questions), label_mode=label_mode)
 
@@ -212,4 +237,5 @@ def _common_prefix(sequences: Sequence[Sequence[int]]) -> list[int]:
     return list(first[:n])
 
 
-__all__ = ["CompiledQuestion", "CompiledRequest", "Compiler", "LabelMode", "SYSTEM_PROMPT"]
+__all__ = ["AUTO_LABELS", "LABEL_MODES", "CompiledQuestion", "CompiledRequest", "Compiler", "LabelMode", "QuestionLabels",
+           "SYSTEM_PROMPT", "resolve_label_mode"]

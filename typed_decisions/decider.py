@@ -68,7 +68,9 @@ class Decider:
 
     Args:
         artifacts: a loaded export (see ``from_dir``).
-        label_mode: ``"names"`` (options read out by their names) or ``"letters"``.
+        label_mode: ``"auto"`` (default: per question type, what measured best on real data —
+            names for choice, letters for score; ``compiler.AUTO_LABELS``), ``"names"`` (options
+            read out by their names) or ``"letters"``.
         confidence: ``"typesafe"`` (default, the hosted API's formula), ``"bonsai"`` or ``"entropy"``.
         calibration: a calibration file (or its path); off by default, and visible on answers.
         threads: ONNX Runtime intra-op threads (default: all cores).
@@ -76,7 +78,7 @@ class Decider:
         max_tokens: refuse prompts longer than this (default: the model's context length).
     """
 
-    def __init__(self, artifacts: Artifacts, *, label_mode: LabelMode = "names",
+    def __init__(self, artifacts: Artifacts, *, label_mode: LabelMode = "auto",
                  confidence: ConfidenceKind = reducers.DEFAULT_CONFIDENCE,
                  calibration: CalibrationFile | str | Path | None = None, threads: int | None = None,
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
@@ -152,6 +154,7 @@ class Decider:
             q = r.question
             questions[q.name] = {
                 "type": q.type,
+                "label_mode": q.label_mode,
                 "prompt": dec(list(comp.prefix_ids + q.suffix_ids)),
                 "suffix_ids": list(q.suffix_ids),
                 "options": list(q.options),

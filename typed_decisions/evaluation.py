@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .calibration import (CalibrationFile, TypeCalibration, accuracy, brier, calibrate, ece, fit_temperature,
                           macro_f1, nll)
+from .compiler import resolve_label_mode
 from .errors import InvalidRequestError, TypedDecisionsError
 from .permutation import permutation_report
 
@@ -265,6 +266,7 @@ def evaluate(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, A
     seconds = time.perf_counter() - t0
     report: dict[str, Any] = {
         "model": decider.name, **(meta or {}), "question": spec.model_dump(), "label_mode": mode,
+        "labels": resolve_label_mode(spec.type, mode),  # what this question type was compiled with
         "n": len(rows), "seconds": round(seconds, 3), "rows_per_second": round(len(rows) / seconds, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "class_counts": {o: int(sum(1 for y in gold if y == i)) for i, o in enumerate(spec.option_names)},
@@ -401,12 +403,15 @@ def _source(args: argparse.Namespace, split: str, limit: int | None
 
 
 def _common(p: argparse.ArgumentParser) -> None:
+    from .compiler import LABEL_MODES
+
     p.add_argument("--model", required=True, type=Path, help="exported model directory")
     p.add_argument("--dataset", default=None, help="a named dataset (typed_decisions.datasets.DATASETS)")
     p.add_argument("--data", type=Path, default=None, help="JSONL rows (with --spec or --preset)")
     p.add_argument("--spec", type=Path, default=None, help="question spec JSON (evaluation.QuestionSpec)")
     p.add_argument("--preset", default=None, help="ask a shipped preset's question (its version is recorded)")
-    p.add_argument("--labels", choices=["names", "letters"], default="names")
+    p.add_argument("--labels", choices=LABEL_MODES, default="auto",
+                   help="label mode (default 'auto': names for choice, letters for score)")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads (default: all cores)")
     p.add_argument("--bins", type=int, default=10, help="equal-width confidence bins for ECE (default 10)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
@@ -461,7 +466,8 @@ def _fmt(m: Mapping[str, Any]) -> str:
 
 def _print_summary(report: Mapping[str, Any]) -> None:
     src = report.get("dataset") or report.get("data")
-    print(f"{src} [{report.get('split')}] n={report['n']}  model {report['model']}  labels {report['label_mode']}  "
+    print(f"{src} [{report.get('split')}] n={report['n']}  model {report['model']}  labels {report['label_mode']}"
+          f"{' → ' + report['labels'] if report.get('labels', report['label_mode']) != report['label_mode'] else ''}  "
           f"{report['rows_per_second']:.2f} rows/s")
     print("raw         " + _fmt(report["metrics"]))
     if "calibrated" in report:
@@ -516,7 +522,7 @@ def main_calibrate(argv: list[str]) -> int:
                           per_type=per_type,  # type: ignore[arg-type]
                           content_free_state=args.content_free if any(c.contextual for c in per_type.values()) else None,
                           notes=f"{spec.type}: {chosen} fitted on {len(fit_rows)} rows of {src} (calibration split, "
-                                f"labels {args.labels}); test NLL {v['test']['nll']:.4f} vs {fit['variants']['none']['test']['nll']:.4f} raw")
+                                f"labels {resolve_label_mode(spec.type, args.labels)}); test NLL {v['test']['nll']:.4f} vs {fit['variants']['none']['test']['nll']:.4f} raw")
     cal.save(args.out)
     print(f"{src}: fit n={len(fit_rows)}, test n={len(test_rows)}, type {spec.type}, p_cf({args.content_free!r}) = "
           + ", ".join(f"{x:.3f}" for x in cf))
@@ -527,7 +533,8 @@ def main_calibrate(argv: list[str]) -> int:
     print(f"wrote {args.out}: {spec.type} = {chosen}")
     if args.report:
         args.report.write_text(json.dumps({**meta, "model": decider.name, "question": spec.model_dump(),
-                                           "label_mode": args.labels, "fit_n": len(fit_rows), "test_n": len(test_rows),
+                                           "label_mode": args.labels,
+                                           "labels": resolve_label_mode(spec.type, args.labels), "fit_n": len(fit_rows), "test_n": len(test_rows),
                                            "chosen": chosen, **fit}, indent=1) + "\n", encoding="utf-8")
     return 0
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .compiler import LABEL_MODES
 from .errors import InvalidRequestError, TypedDecisionsError
 from .evaluation import OptionSpec, QuestionSpec
 
@@ -157,7 +158,7 @@ def answer_preset(decider: Decider, preset_name: str, state: Any,
                   params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Ask a preset's question about ``state``: {answers, act, preset, preset_version, model}.
 
-    ``params``: ``label_mode`` ("names" | "letters"), ``threshold`` (overrides the preset's default).
+    ``params``: ``label_mode`` ("auto" | "names" | "letters"), ``threshold`` (overrides the preset's default).
     Only shipped preset names are accepted (never a path); bad names and params raise
     ``InvalidRequestError`` (HTTP 422) naming the field.
     Calibration is the Decider's (a Decider built with a calibration file applies it here too).
@@ -168,8 +169,8 @@ def answer_preset(decider: Decider, preset_name: str, state: Any,
         raise InvalidRequestError(f"unknown preset params {unknown}; allowed: {list(PARAMS)}", ("params", unknown[0]))
     if preset_name not in list_presets():  # shipped names only: a server must never open a client's path
         raise InvalidRequestError(f"unknown preset {preset_name!r}; shipped: {', '.join(list_presets())}", ("preset",))
-    if params.get("label_mode", "names") not in ("names", "letters"):
-        raise InvalidRequestError(f"params.label_mode must be 'names' or 'letters', got {params['label_mode']!r}",
+    if params.get("label_mode", "auto") not in LABEL_MODES:
+        raise InvalidRequestError(f"params.label_mode must be one of {', '.join(LABEL_MODES)}, got {params['label_mode']!r}",
                                   ("params", "label_mode"))
     threshold = params.get("threshold")
     if threshold is not None and not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1):
@@ -201,7 +202,7 @@ def main_presets(argv: list[str]) -> int:
     pa.add_argument("name")
     pa.add_argument("state", nargs="?", default="-", help="the state text; '-' or nothing reads stdin")
     pa.add_argument("--model", required=True, type=Path)
-    pa.add_argument("--labels", choices=["names", "letters"], default=None)
+    pa.add_argument("--labels", choices=LABEL_MODES, default=None)
     pa.add_argument("--calibration", type=Path, default=None)
     pa.add_argument("--threshold", type=float, default=None)
     pa.add_argument("--threads", type=int, default=None)

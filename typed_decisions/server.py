@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -45,6 +45,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .compiler import LABEL_MODES, LabelMode
 from .decider import parse_request
 from .errors import (AuthenticationError, BadBodyError, BodyTooLargeError, InvalidRequestError,
                      ModelNotFoundError, ServerBusyError, TypedDecisionsError, UnavailableError,
@@ -450,7 +451,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=int(env("PORT", "8000")))
     p.add_argument("--threads", type=int, default=env("THREADS"),
                    help="ONNX Runtime intra-op threads (default: all cores)")
-    p.add_argument("--labels", choices=["names", "letters"], default=env("LABELS", "names"))
+    p.add_argument("--labels", choices=LABEL_MODES, default=env("LABELS", "auto"))
     p.add_argument("--max-prompt-tokens", type=int, default=env("MAX_PROMPT_TOKENS"),
                    help="refuse (422) prompts longer than this (default: the model's context)")
     p.add_argument("--api-keys-file", type=Path, default=None,
@@ -484,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.api_keys.update(load_api_keys(args.api_keys_file))
     threads = int(args.threads) if args.threads else None
     max_tokens = int(args.max_prompt_tokens) if args.max_prompt_tokens else None
-    labels: Literal["names", "letters"] = args.labels
+    labels: LabelMode = args.labels
     app = create_app(lambda: Decider.from_dir(args.model, threads=threads, label_mode=labels,
                                               max_tokens=max_tokens), settings=settings)
     service: Service = app.state.service
