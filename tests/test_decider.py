@@ -46,6 +46,15 @@ def test_calibration_file_is_applied_and_visible(tiny_model_dir, tiny_decider, t
     np.testing.assert_allclose(list(resp.answers["sev"].probabilities.values()), raw["sev"], atol=1e-9)
     assert "calibration" not in resp.model_dump_json()  # the wire format stays strict
 
+    # p_cf depends on the question only: a second state costs no content-free engine call, and
+    # the memoized p_cf gives the same calibrated answer as a fresh computation would.
+    calls = calibrated.engine.stats.calls
+    other = calibrated.decide("Please cancel my subscription.", {"urgent": QUESTIONS["urgent"]})
+    assert calibrated.engine.stats.calls == calls + 1
+    raw2 = tiny_decider.probabilities({"model": "m", "state": "Please cancel my subscription.",
+                                       "questions": {"urgent": QUESTIONS["urgent"].model_dump(exclude_none=True)}})
+    assert other.answers["urgent"].noul == pytest.approx(calibrate(raw2["urgent"], 0.5, cf["urgent"])[0], abs=1e-9)
+
 
 @pytest.mark.parametrize("kind", ["typesafe", "bonsai", "entropy"])
 def test_confidence_formula_is_selectable(tiny_model_dir, kind):

@@ -13,6 +13,7 @@ DecisionResponse(model='tiny', answers={'team': ChoiceAnswer(choice='billing', .
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,8 @@ class Decider:
         if isinstance(calibration, (str, Path)):
             calibration = CalibrationFile.load(calibration)
         self.calibration: CalibrationFile | None = calibration
+        self._cf_memo: dict[tuple[str, str, str], np.ndarray] = {}  # (mode, cf state, question JSON) → p_cf
+        self._cf_lock = threading.Lock()
 
     @classmethod
     def from_dir(cls, path: str | Path, **kwargs: Any) -> Decider:
@@ -203,7 +206,11 @@ class Decider:
 
     def _content_free(self, requests: Sequence[DecisionRequest], mode: LabelMode
                       ) -> list[dict[str, np.ndarray] | None]:
-        """Content-free probabilities for contextual calibration (only when the file asks for it)."""
+        """Content-free probabilities for contextual calibration (only when the file asks for it).
+
+        p_cf depends only on the question (and label mode), not on the request's state, so each
+        question's p_cf is computed once and memoized: a router asking the same question of every
+        message pays for it on the first message only."""
         cal = self.calibration
         if cal is None or not any(c.contextual for c in cal.per_type.values()):
             return [None] * len(requests)
@@ -213,8 +220,20 @@ class Decider:
             if not wanted:
                 out.append(None)
                 continue
-            cf_req = DecisionRequest(model=req.model, state=cal.content_free_state or "", questions=wanted)
-            out.append(self.probabilities(cf_req, label_mode=mode))
+            probs: dict[str, np.ndarray] = {}
+            for name, q in wanted.items():
+                key = (mode, cal.content_free_state or "", q.model_dump_json())
+                with self._cf_lock:
+                    hit = self._cf_memo.get(key)
+                if hit is None:
+                    cf_req = DecisionRequest(model=req.model, state=cal.content_free_state or "", questions={name: q})
+                    hit = self.probabilities(cf_req, label_mode=mode)[name]
+                    with self._cf_lock:
+                        self._cf_memo[key] = hit
+                        while len(self._cf_memo) > 1024:
+                            self._cf_memo.pop(next(iter(self._cf_memo)))
+                probs[name] = hit
+            out.append(probs)
         return out
 
     def _answer(self, r: Readout, content_free: np.ndarray | None) -> Answer:
