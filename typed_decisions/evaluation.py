@@ -296,8 +296,10 @@ def calibration_fit(fit_probs: Sequence[np.ndarray], fit_gold: Sequence[int], te
                     test_gold: Sequence[int], content_free: np.ndarray, *, qtype: str = "choice",
                     n_bins: int = 10) -> dict[str, Any]:
     """Fit temperature (T), contextual (p / p_cf) and combined (p / p_cf, then T) on the fit split;
-    report all four variants (with "none") on both splits. ``best`` minimises NLL on the FIT split,
-    so the test split stays untouched by the choice."""
+    report all four variants (with "none") on both splits. ``best`` minimises NLL on the FIT split
+    among the variants that do not lower the FIT split's accuracy (temperature never changes the
+    argmax; dividing by p_cf can), so the test split stays untouched by the choice and a
+    calibration is never chosen for trading accuracy for likelihood."""
     cf = np.asarray(content_free, dtype=np.float64)
     t_plain = fit_temperature(fit_probs, fit_gold)
     ctx_fit = [calibrate(p, 1.0, cf) for p in fit_probs]
@@ -314,7 +316,9 @@ def calibration_fit(fit_probs: Sequence[np.ndarray], fit_gold: Sequence[int], te
             "test": {k: v for k, v in metrics(_apply(test_probs, tc, cf), test_gold, n_bins=n_bins, qtype=qtype).items()
                      if k in ("n", "accuracy", "macro_f1", "nll", "brier", "ece")},
         }
-    out["best"] = min(variants, key=lambda v: out["variants"][v]["fit"]["nll"])
+    floor = out["variants"]["none"]["fit"]["accuracy"]
+    eligible = [v for v in variants if out["variants"][v]["fit"]["accuracy"] >= floor - 1e-12]
+    out["best"] = min(eligible, key=lambda v: out["variants"][v]["fit"]["nll"])
     return out
 
 
