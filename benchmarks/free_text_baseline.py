@@ -2,14 +2,16 @@
 
 The runtime never generates (typed_decisions/ has no sampling code and never imports torch), so
 this baseline lives here and uses transformers + torch. For each row it builds the exact prompt the
-runtime builds (the export's tokenizer and chat template, typed_decisions' Compiler, ``names``
-labels), generates up to ``--max-new-tokens`` tokens greedily, and maps the text to an option:
+runtime builds (the export's tokenizer and chat template, typed_decisions' Compiler, ``--labels``
+mode, default ``auto`` like the engine), generates up to ``--max-new-tokens`` tokens greedily, and
+maps the text to an option:
 
-    parse(text) = the option whose name (or, for score, level number) the stripped, lower-cased
-                  text starts with; longest name first; otherwise "unparsed" (counted as wrong)
+    parse(text) = the option whose shown label (name, letter, or level number) the stripped,
+                  lower-cased text starts with; longest label first; otherwise "unparsed" (wrong)
 
 Reported: accuracy, the unparsed rate, and the label-logit accuracy on the same rows when
-``--report`` points at an ``eval`` report of the same dataset, split and limit.
+``--report`` points at an ``eval`` report of the same dataset, split and limit, or ``--sweep-raw``
+at an ``eval_sweep.py`` raw file that holds at least these rows (same label mode).
 
     python benchmarks/free_text_baseline.py --export DIR --weights GGUF_OR_HF_DIR --dataset sms-spam --limit 50
 """
@@ -61,7 +63,9 @@ def main() -> int:
     p.add_argument("--split", default="test")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--labels", choices=["auto", "names", "letters"], default="auto")
     p.add_argument("--report", type=Path, default=None, help="an eval --out report to compare with")
+    p.add_argument("--sweep-raw", type=Path, default=None, help="an eval_sweep.py <out>.raw.json to compare with")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
 
@@ -77,25 +81,38 @@ def main() -> int:
     ds = load_dataset(args.dataset, args.split, args.limit)  # type: ignore[arg-type]
     spec = ds.question
     model = load_torch_model(args.weights)
-    shown = ([str(i) for i in range(len(spec.options))] if spec.type == "score" else spec.option_names)
     hits, unparsed, outputs = 0, 0, []
     t0 = time.perf_counter()
     for n, row in enumerate(ds.rows):
         req = parse_request({"model": art.name, "state": spec.state(row, n), "questions": {spec.name: spec.question()}})
-        comp = compiler.compile(req, label_mode="names")
-        ids = list(comp.prefix_ids + comp.questions[0].suffix_ids)
+        comp = compiler.compile(req, label_mode=args.labels)
+        (q,) = comp.questions
+        ids = list(comp.prefix_ids + q.suffix_ids)
         text = generate_text(model, tok, ids, args.max_new_tokens)
-        pred = parse_answer(text, shown)
+        pred = parse_answer(text, list(q.labels))
         gold = spec.gold_index(row, n)
         unparsed += pred is None
         hits += pred == gold
         outputs.append({"text": text, "pred": pred, "gold": gold})
     n = len(ds.rows)
-    res = {"dataset": args.dataset, "split": args.split, "n": n, "accuracy": hits / n, "unparsed_rate": unparsed / n,
+    res = {"dataset": args.dataset, "split": args.split, "n": n, "labels": q.label_mode,
+           "accuracy": hits / n, "unparsed_rate": unparsed / n, "seconds_per_row": round((time.perf_counter() - t0) / n, 2),
            "seconds": round(time.perf_counter() - t0, 1), "max_new_tokens": args.max_new_tokens, "outputs": outputs}
     if args.report:
         rep = json.loads(args.report.read_text())
         res["label_logit_accuracy"] = rep["metrics"]["accuracy"] if rep["n"] == n else None
+    if args.sweep_raw and args.split == "test":
+        import numpy as np
+
+        raw = json.loads(args.sweep_raw.read_text())
+        cell = next((c for k, c in raw.items() if k.startswith(f"{args.dataset}/{q.label_mode}/")
+                     and len(c["test"]["gold"]) >= n), None)
+        if cell is not None:
+            golds, probs = cell["test"]["gold"][:n], cell["test"]["probabilities"][:n]
+            assert golds == [o["gold"] for o in outputs], "the sweep's rows are not these rows"
+            res["label_logit_accuracy"] = float(np.mean([int(np.argmax(p)) == g for p, g in zip(probs, golds)]))
+            res["agreement_with_label_logits"] = float(np.mean([int(np.argmax(p)) == o["pred"]
+                                                                for p, o in zip(probs, outputs)]))
     print(json.dumps({k: v for k, v in res.items() if k != "outputs"}, indent=1))
     if args.out:
         args.out.write_text(json.dumps(res, indent=1) + "\n")
