@@ -1,4 +1,5 @@
-"""Command line: `typed-decisions-export SOURCE --out DIR [--quantize int8] [--name NAME] [--force]`.
+"""Command line: `typed-decisions-export SOURCE --out DIR [--quantize int8 [--smooth ALPHA|off]
+[--keep-float N] [--down-proj-activations token|tensor]] [--name NAME] [--force]`.
 
 The runtime's `typed-decisions export ...` forwards its arguments here (`main(argv_after_export)`).
 """
@@ -13,6 +14,39 @@ from pathlib import Path
 from .errors import ExportError
 
 
+def _alpha(text: str) -> float | str:
+    """--smooth's value: 'off' (or 'none') -> "off", else a float in [0, 1]."""
+    if text.lower() in ("off", "none"):
+        return "off"
+    try:
+        alpha = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1] or 'off', got {text!r}") from None
+    if not 0.0 <= alpha <= 1.0:
+        raise argparse.ArgumentTypeError(f"alpha must be in [0, 1], got {alpha}")
+    return alpha
+
+
+def _default_smooth() -> str:
+    from .quantize import SMOOTH_DEFAULT, SMOOTH_KEEP_FLOAT_DEFAULT
+
+    if SMOOTH_DEFAULT is None:
+        return "off"
+    return f"{SMOOTH_DEFAULT}" + (f" with --keep-float {SMOOTH_KEEP_FLOAT_DEFAULT}" if SMOOTH_KEEP_FLOAT_DEFAULT else "")
+
+
+def _default_keep_float() -> int:
+    from .quantize import SMOOTH_KEEP_FLOAT_DEFAULT
+
+    return SMOOTH_KEEP_FLOAT_DEFAULT
+
+
+def _default_activations() -> str:
+    from .quantize import SMOOTH_PER_TOKEN_DEFAULT
+
+    return "token" if SMOOTH_PER_TOKEN_DEFAULT else "tensor"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="typed-decisions-export",
@@ -21,6 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("source", help="Hugging Face model folder, .gguf file, or catalogue name (e.g. qwen2.5-coder-1.5b)")
     parser.add_argument("--out", required=True, type=Path, help="output directory (created; must be empty or a previous export)")
     parser.add_argument("--quantize", choices=["int8"], default=None, help="dynamic INT8 weights (checked for drift)")
+    parser.add_argument(
+        "--smooth", type=_alpha, default=None, metavar="ALPHA|off",
+        help="INT8: SmoothQuant the MLP down_proj MatMuls with migration strength ALPHA in [0, 1] and quantize "
+             "them too; 'off' keeps them float32 (default: %s)" % _default_smooth(),
+    )
+    parser.add_argument(
+        "--keep-float", type=int, default=None, metavar="N",
+        help="INT8 with --smooth: keep the N down_proj MatMuls with the largest calibration inputs float32 "
+             "(default: %d)" % _default_keep_float(),
+    )
+    parser.add_argument(
+        "--down-proj-activations", choices=["token", "tensor"], default=None,
+        help="INT8 with --smooth: quantize the smoothed down_proj inputs with one scale per token (row) or "
+             "one per tensor (default: %s)" % _default_activations(),
+    )
     parser.add_argument("--name", default=None, help="model name recorded in the manifest")
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (>= 18)")
     parser.add_argument("--force", action="store_true", help="keep INT8 even when its drift exceeds the threshold")
@@ -41,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             opset=args.opset,
             progress=not args.quiet,
             force=args.force,
+            smooth="default" if args.smooth is None else None if args.smooth == "off" else args.smooth,
+            keep_float=args.keep_float,
+            per_token=None if args.down_proj_activations is None else args.down_proj_activations == "token",
         )
     except ExportError as e:
         print(f"typed-decisions-export: error: {e}", file=sys.stderr)

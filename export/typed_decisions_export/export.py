@@ -91,11 +91,16 @@ def export_model(
     opset: int = 18,
     progress: bool = True,
     force: bool = False,
+    smooth: float | None | str = "default",
+    keep_float: int | None = None,
+    per_token: bool | None = None,
 ) -> dict[str, Any]:
     """Export `source` (HF folder, .gguf file or catalogue name) to `out_dir`; returns the manifest.
 
     Raises SelfCheckError (no manifest written) when ONNX Runtime disagrees with PyTorch, and
     QuantizationError when `quantize="int8"` drifts beyond the threshold and `force` is False.
+    `smooth`, `keep_float` and `per_token` are passed to quantize_export (SmoothQuant for the MLP down_proj;
+    "default" means quantize_export's own default).
     """
     import json
 
@@ -103,6 +108,15 @@ def export_model(
 
     if quantize not in (None, "int8"):
         raise ExportError(f"quantize={quantize!r}: the only supported value is 'int8'")
+    if quantize is None and (smooth not in ("default", None) or keep_float or per_token is not None):
+        raise ExportError("smooth / keep_float / per_token apply to INT8 only (quantize='int8')")
+    if isinstance(smooth, (int, float)) and not 0.0 <= smooth <= 1.0:
+        raise ExportError(f"smooth={smooth}: SmoothQuant's alpha must be in [0, 1]")
+    if quantize == "int8":  # refuse contradictory options before the (long) export, not after
+        from .quantize import SMOOTH_DEFAULT
+
+        if (SMOOTH_DEFAULT if smooth == "default" else smooth) is None and (keep_float or per_token is not None):
+            raise ExportError("keep_float / per_token only apply with smoothing (without it every down_proj stays float32)")
     if opset < 18:
         raise ExportError(f"opset={opset}: the format needs opset >= 18")
     out_dir = Path(out_dir)
@@ -160,7 +174,10 @@ def export_model(
     if quantize == "int8":
         from .quantize import quantize_export
 
-        manifest = quantize_export(out_dir, out_dir, force=force, progress=progress)
+        options: dict[str, Any] = {"keep_float": keep_float, "per_token": per_token}
+        if smooth != "default":
+            options["smooth"] = smooth
+        manifest = quantize_export(out_dir, out_dir, force=force, progress=progress, **options)
         manifest["export"] = {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes()}
         write_manifest(out_dir, manifest)
     return manifest

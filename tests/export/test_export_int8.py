@@ -33,7 +33,11 @@ def test_smollm2_int8_drift_is_measured_and_judged(smollm2_int8):
     q = manifest["quantization"]
     assert manifest["onnx_file"] == "model.int8.onnx"
     assert q["method"] == "dynamic-int8" and q["per_channel"] is True
-    assert q["excluded"] == [f"layers.{i}.mlp.down_proj" for i in range(30)]  # inside the backbone
+    # The default since SmoothQuant: every down_proj smoothed and quantized (per token), none float32.
+    assert q["excluded"] == [] and q["quantized"] == 30 * 7
+    sm = q["smoothing"]
+    assert sm["alpha"] == quantize_mod.SMOOTH_DEFAULT and sm["activations"] == "per_token"
+    assert sm["smoothed"] == [f"layers.{i}.mlp.down_proj" for i in range(30)]  # inside the backbone
     drift = q["drift"]
     assert drift["probes"] == 8 and drift["candidates"] == 5
     assert 0.0 <= drift["max_abs_prob"] <= 1.0 and 0 <= drift["top1_flips"] <= 8
@@ -93,7 +97,8 @@ def test_cli_int8_in_place_with_force(tiny_folders, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["name"] == "t" and summary["onnx_file"] == "model.int8.onnx" and summary["self_check_passed"]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["quantization"]["excluded"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
+    assert manifest["quantization"]["excluded"] == []  # SmoothQuant by default: down_proj quantized too
+    assert manifest["quantization"]["smoothing"]["smoothed"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
     assert set(manifest["files"]) == {p.name for p in out.iterdir() if p.name != "manifest.json"}
     assert not (out / "model.onnx").exists()
     assert manifest["self_check"]["graph"].startswith("model.onnx (float32")

@@ -1,0 +1,148 @@
+"""INT8 variants of a float32 export: drift (three ways of running a prompt) and prefill time.
+
+Not part of the package: the measurements behind docs/export.md (INT8, SmoothQuant). One model
+session at a time (the float32 1.5B session holds ~6 GB); run it niced on a shared machine.
+
+    # drift of variants ALPHA:KEEP[:row] ('none' = down_proj float32, 'ones' = s = 1), each vs float32
+    python export/scripts/int8_study.py drift FP32_DIR WORK none:0 0.5:0:row 0.5:2 ...
+    # prefill of one ~370-token prompt, 2 threads, 1 warm-up then median of 3, graphs in this order
+    python export/scripts/int8_study.py prefill FP32_DIR GRAPH.onnx [GRAPH.onnx ...]
+
+`drift` measures each variant on the 8 drift PROBES plus 12 held-out questions (HELD, never used
+for choosing anything in quantize.py), each run alone, in one left-padded batch per set, and as
+prefix + 3-token cached step; float32 is run once (alone: it depends on neither batching nor
+caching, <= 2e-6) and cached with the calibration maxima in WORK/cache.npz. It prints, per variant,
+the mean and max over prompts of max |dp| for each mode and over all 60 measurements, plus the
+official gate (8 probes, alone). Variants are built with the package's own functions
+(quantize._plan_smoothing, int8_matmul.quantize_matmuls) into WORK/m.onnx and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import typed_decisions_export.quantize as qm
+from typed_decisions_export.int8_matmul import quantize_matmuls
+from typed_decisions_export.ort_backbone import OrtBackbone
+from typed_decisions_export.tokenizer_files import candidate_ids, encode_prompt, render_chat
+
+HELD = [
+    "Which animal is a mammal? A) shark B) dolphin C) trout D) eagle E) frog",
+    "What is 15 plus 27? A) 32 B) 40 C) 42 D) 52 E) 43",
+    "Which metal is liquid at room temperature? A) iron B) copper C) mercury D) silver E) zinc",
+    "Which Python keyword defines a function? A) func B) def C) function D) lambda E) fn",
+    "What is the capital of Japan? A) Beijing B) Seoul C) Bangkok D) Tokyo E) Osaka",
+    "Which data structure is first-in first-out? A) stack B) tree C) queue D) heap E) graph",
+    "How many days are in a leap year? A) 364 B) 365 C) 366 D) 367 E) 360",
+    "Which color do you get by mixing blue and yellow? A) red B) purple C) orange D) green E) brown",
+    "Which SQL statement removes rows from a table? A) DROP B) DELETE C) REMOVE D) ERASE E) CUT",
+    "Which organ pumps blood through the body? A) lungs B) liver C) heart D) kidney E) brain",
+    "What is the binary representation of 5? A) 100 B) 110 C) 111 D) 101 E) 011",
+    "Which planet is known as the Red Planet? A) Jupiter B) Venus C) Saturn D) Mars E) Neptune",
+]
+
+
+def _setup(fp32_dir: Path):
+    manifest = json.loads((fp32_dir / "manifest.json").read_text())
+    facts, arch = manifest["tokenizer"], manifest["architecture"]
+    tok = qm._probe_tokenizer(fp32_dir, facts)
+    lm_head = np.load(fp32_dir / "lm_head.npy", mmap_mode="r")
+    cands = candidate_ids(tok, qm.CANDIDATE_TEXTS, fallback_vocab=lm_head.shape[0])
+
+    def enc(texts, system):
+        return [encode_prompt(tok, render_chat(tok, t, system), facts["add_bos_token"]) for t in texts]
+
+    probe = qm._Probe(lm_head, cands, arch, facts["pad_token_id"] if facts["pad_token_id"] is not None else 0)
+    return tok, facts, enc, probe
+
+
+def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
+    src = fp32_dir / "model.onnx"
+    work.mkdir(parents=True, exist_ok=True)
+    _, _, enc, probe = _setup(fp32_dir)
+    probes, held = enc(qm.PROBES, qm.PROBE_SYSTEM), enc(HELD, qm.PROBE_SYSTEM)
+    calib = enc(qm.CALIBRATION, qm.CALIBRATION_SYSTEM)
+    cache = work / "cache.npz"
+    if cache.exists():
+        z = dict(np.load(cache))
+    else:
+        ort = OrtBackbone(src)
+        z = {"p32": probe.alone(ort, probes), "h32": probe.alone(ort, held)}
+        del ort
+        gc.collect()
+        pairs, _ = qm._smoothing_pairs(src)
+        z |= {"am_" + k: v for k, v in qm._activation_absmax(src, [p["x"] for p in pairs], calib, log=print).items()}
+        np.savez(cache, **z)
+    absmax = {k[3:]: v for k, v in z.items() if k.startswith("am_")}
+    ref = np.concatenate([z["p32"], z["h32"]])  # (20, K)
+    qm._activation_absmax = lambda *a, **k: absmax  # calibrated once for all variants
+    plain_sv = qm.smoothing_vector
+    for spec in specs:
+        alpha, keep, *rest = spec.split(":")
+        per_token = bool(rest and rest[0] == "row")
+        qm.smoothing_vector = plain_sv
+        if alpha == "ones":  # down_proj quantized without smoothing
+            qm.smoothing_vector = lambda a, w, al: np.ones_like(np.asarray(a, np.float64))
+        t0 = time.perf_counter()
+        if alpha == "none":
+            float_nodes, rows, cols, per_row = qm._excluded_nodes(src)[0], {}, {}, set()
+        else:
+            _, rows, cols, float_nodes = qm._plan_smoothing(src, 0.5 if alpha == "ones" else float(alpha), calib, int(keep), log=lambda m: None)
+            per_row = {p["down_node"] for p in qm._smoothing_pairs(src)[0]} - set(float_nodes) if per_token else set()
+        quantize_matmuls(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols, per_row=per_row,
+                         log=lambda m: None)
+        ort = OrtBackbone(work / "m.onnx")
+        tables = {
+            "alone": np.concatenate([probe.alone(ort, probes), probe.alone(ort, held)]),
+            "batched": np.concatenate([probe.batched(ort, probes), probe.batched(ort, held)]),
+            "cached": probe.cached(ort, probes + held),
+        }
+        del ort
+        gc.collect()
+        (work / "m.onnx").unlink()
+        (work / "m.onnx.data").unlink()
+        dp = {mode: np.abs(t - ref).max(axis=1) for mode, t in tables.items()}  # (20,) each
+        every = np.concatenate(list(dp.values()))
+        gate = qm._compare(ref[: len(probes)], tables["alone"][: len(probes)])
+        parts = [f"{m}: mean {v.mean():.4f} max {v.max():.3f} flips {qm._compare(ref, tables[m])['top1_flips']}" for m, v in dp.items()]
+        print(f"{spec}: gate (8 probes alone) max {gate['max_abs_prob']:.3f} flips {gate['top1_flips']} "
+              f"decisive {gate['decisive_flips']} | held-out alone max {dp['alone'][len(probes):].max():.3f} | "
+              f"all 60 mean {every.mean():.4f} max {every.max():.3f} | " + " | ".join(parts)
+              + f" | float32 down_proj {len(float_nodes)} | {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def prefill(fp32_dir: Path, graphs: list[Path], threads: int = 2) -> None:
+    _, _, enc, _ = _setup(fp32_dir)
+    state = " ".join(qm.CALIBRATION[:4]) + " " + " ".join(qm.PROBES[:4])
+    ids = enc([state], qm.PROBE_SYSTEM)[0]
+    print(f"prompt: {len(ids)} tokens, {threads} threads", flush=True)
+    for path in graphs:
+        t0 = time.perf_counter()
+        ort = OrtBackbone(path, threads=threads)
+        load = time.perf_counter() - t0
+        ort.prefill(ids)  # warm-up
+        wall = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            ort.prefill(ids)
+            wall.append(time.perf_counter() - t0)
+        print(f"{path}: load {load:.1f} s, prefill median {statistics.median(wall):.3f} s {[round(w, 3) for w in wall]}", flush=True)
+        del ort
+        gc.collect()
+
+
+if __name__ == "__main__":
+    cmd, fp32 = sys.argv[1], Path(sys.argv[2]).expanduser()
+    if cmd == "drift":
+        drift(fp32, Path(sys.argv[3]), sys.argv[4:])
+    elif cmd == "prefill":
+        prefill(fp32, [Path(p).expanduser() for p in sys.argv[3:]])
+    else:
+        raise SystemExit(__doc__)

@@ -1,0 +1,280 @@
+"""SmoothQuant for the MLP down_proj (quantize.py, int8_matmul.py): the smoothing vector, the
+wiring it needs, that folding it into the up_proj / down_proj weights leaves the float32 graph's
+results unchanged, and what the manifest records.
+
+A hand-built gated MLP graph (h -> gate, up -> act(gate) * up -> down) checks the mechanics in
+milliseconds; the tiny REAL model (SmolLM2-135M, with activation outliers in the thousands) checks
+the float32 folding where it matters; tiny random models check quantize_export and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import typed_decisions_export.quantize as quantize_mod
+from typed_decisions_export import ExportError, quantize_export
+from typed_decisions_export.cli import main
+from typed_decisions_export.int8_matmul import quantize_matmuls, scale_weight
+from typed_decisions_export.quantize import _plan_smoothing, _smoothing_pairs, smoothing_vector
+
+HIDDEN, INTER = 8, 16
+
+
+# --- a hand-built gated MLP ------------------------------------------------------------------------
+def _scoped(node, *scopes: str):
+    """Attach the dynamo exporter's name-scope metadata (what _module() reads) to a node."""
+    entry = node.metadata_props.add()
+    entry.key, entry.value = "pkg.torch.onnx.name_scopes", repr(["", "base", "base.layers.0", "base.layers.0.mlp", *scopes])
+    return node
+
+
+def _mlp_graph(path, *, up_read_elsewhere: bool = False, product_of_gate_only: bool = False) -> dict[str, np.ndarray]:
+    """y = (silu(h @ Wg) * (h @ Wu)) @ Wd, one layer, exporter-style names and scopes; returns the
+    weights. Variants break the pattern SmoothQuant folding needs."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = {
+        "w_gate": rng.normal(size=(HIDDEN, INTER)).astype(np.float32),  # (K, N) like every ONNX MatMul weight
+        "w_up": rng.normal(size=(HIDDEN, INTER)).astype(np.float32),
+        "w_down": rng.normal(size=(INTER, HIDDEN)).astype(np.float32),
+    }
+    w["w_up"][:, 3] *= 300.0  # an outlier channel of the down_proj input, as real models have
+    nodes = [
+        _scoped(helper.make_node("MatMul", ["h", "w_gate"], ["g"], "node_gate"), "base.layers.0.mlp.gate_proj", "linear_4"),
+        _scoped(helper.make_node("Sigmoid", ["g"], ["sg"], "node_sig"), "base.layers.0.mlp.act_fn", "silu"),
+        _scoped(helper.make_node("Mul", ["g", "sg"], ["a"], "node_silu"), "base.layers.0.mlp.act_fn", "silu"),
+        _scoped(helper.make_node("MatMul", ["h", "w_up"], ["u"], "node_up"), "base.layers.0.mlp.up_proj", "linear_5"),
+        _scoped(helper.make_node("Mul", ["a", "g" if product_of_gate_only else "u"], ["x"], "node_mul"), "mul_1"),
+        _scoped(helper.make_node("MatMul", ["x", "w_down"], ["y"], "node_down"), "base.layers.0.mlp.down_proj", "linear_6"),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None, HIDDEN])]
+    if up_read_elsewhere:
+        nodes.append(helper.make_node("Relu", ["u"], ["u_relu"], "node_relu"))
+        outputs.append(helper.make_tensor_value_info("u_relu", TensorProto.FLOAT, [None, None, INTER]))
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("h", TensorProto.FLOAT, [None, None, HIDDEN])], outputs,
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return w
+
+
+def _run(path, h: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(["y"], {"h": h})[0]
+
+
+def test_smoothing_vector_formula_by_hand():
+    act = np.array([16.0, 1.0, 0.0, 9.0, 1e12, 1e-12])
+    w = np.array([1.0, 4.0, 2.0, 0.0, 1.0, 1e12])
+    # alpha 0.5: sqrt(act) / sqrt(w); zero maxima give 1; the last two hit the clip [1e-5, 1e5].
+    np.testing.assert_allclose(smoothing_vector(act, w, 0.5), [4.0, 0.5, 1.0, 1.0, 1e5, 1e-5])
+    # alpha 1: s = max|x| (all the difficulty moves to the weights); alpha 0: s = 1 / max|W|.
+    np.testing.assert_allclose(smoothing_vector(act[:2], w[:2], 1.0), [16.0, 1.0])
+    np.testing.assert_allclose(smoothing_vector(act[:2], w[:2], 0.0), [1.0, 0.25])
+    # alpha 0.75: 16^0.75 / 1^0.25 = 8, 1 / 4^0.25 = 1/sqrt(2)
+    np.testing.assert_allclose(smoothing_vector(act[:2], w[:2], 0.75), [8.0, 2**-0.5])
+    with pytest.raises(ValueError, match="alpha"):
+        smoothing_vector(act, w, 1.5)
+
+
+def test_scale_weight_rows_and_columns():
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)  # (K, N)
+    np.testing.assert_array_equal(scale_weight(w, rows=np.array([2.0, 10.0])), [[0, 2, 4], [30, 40, 50]])
+    np.testing.assert_array_equal(scale_weight(w, cols=np.array([1.0, 0.5, 0.0])), [[0, 0.5, 0], [3, 2, 0]])
+    with pytest.raises(ValueError, match="row scale"):
+        scale_weight(w, rows=np.ones(3))
+
+
+def test_pairs_found_on_a_gated_mlp(tmp_path):
+    _mlp_graph(tmp_path / "m.onnx")
+    pairs, unmatched = _smoothing_pairs(tmp_path / "m.onnx")
+    assert unmatched == {}
+    assert pairs == [{
+        "down_module": "layers.0.mlp.down_proj", "up_module": "layers.0.mlp.up_proj", "down_node": "node_down",
+        "up_node": "node_up", "down_weight": "w_down", "up_weight": "w_up", "x": "x",
+    }]
+
+
+@pytest.mark.parametrize(("variant", "reason"), [
+    ("up_read_elsewhere", "read only by the product"),  # scaling up's columns would change the Relu too
+    ("product_of_gate_only", "no single layers.0.mlp.up_proj MatMul"),  # x does not come from up_proj
+])
+def test_pairs_refused_when_the_folding_would_not_be_exact(tmp_path, variant, reason):
+    _mlp_graph(tmp_path / "m.onnx", **{variant: True})
+    pairs, unmatched = _smoothing_pairs(tmp_path / "m.onnx")
+    assert pairs == []
+    assert reason in unmatched["layers.0.mlp.down_proj"]
+
+
+def test_folding_is_exact_in_float_on_the_hand_built_mlp(tmp_path):
+    """x / s through up_proj's columns, diag(s) W through down_proj's rows: the float32 graph
+    computes the same y, while the smoothed weights really differ (s is far from 1)."""
+    w = _mlp_graph(tmp_path / "m.onnx")
+    h = np.random.default_rng(1).normal(size=(2, 5, HIDDEN)).astype(np.float32)
+    x = (h @ w["w_gate"]) / (1 + np.exp(-(h @ w["w_gate"]))) * (h @ w["w_up"])  # (B, T, INTER)
+    s = smoothing_vector(np.abs(x).reshape(-1, INTER).max(0), np.abs(w["w_down"]).max(1), 0.5)
+    assert s.max() / s.min() > 10  # the outlier channel gets a large s
+    no_matmul = {"node_gate", "node_up", "node_down"}  # nothing quantized: float32 folding only
+    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "s.onnx", exclude=no_matmul,
+                     scale_rows={"w_down": s}, scale_cols={"w_up": 1.0 / s}, log=lambda m: None)
+    ref, out = _run(tmp_path / "m.onnx", h), _run(tmp_path / "s.onnx", h)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    # Negative control: scaling only one side is not a no-op (the check above can fail).
+    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "half.onnx", exclude=no_matmul, scale_rows={"w_down": s}, log=lambda m: None)
+    assert np.abs(_run(tmp_path / "half.onnx", h) - ref).max() > 0.1 * np.abs(ref).max()
+
+
+def test_per_token_activation_quantization_matches_numpy(tmp_path):
+    """per_row: one symmetric scale per token (max |x| / 127), stored as uint8 around 128; ONNX
+    Runtime's result equals a numpy emulation, and no row depends on the others (per-tensor
+    scales would make it depend on its batch-mates)."""
+    from typed_decisions_export.int8_matmul import quantize_weight_per_column
+
+    w = _mlp_graph(tmp_path / "m.onnx")
+    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "r.onnx", exclude={"node_gate", "node_up"}, per_row={"node_down"},
+                     log=lambda m: None)
+    h = np.random.default_rng(2).normal(size=(2, 5, HIDDEN)).astype(np.float32)
+    h[1, 0] *= 50.0  # one loud token: with per-tensor scales every other row would get coarser
+    g = h @ w["w_gate"]
+    with np.errstate(over="ignore"):  # exp(-g) overflows to inf for very negative g: silu -> 0
+        x = g / (1 + np.exp(-g)) * (h @ w["w_up"])  # (B, T, INTER), the down_proj input
+    sx = np.abs(x).max(-1, keepdims=True) / 127.0  # (B, T, 1)
+    wq, sw = quantize_weight_per_column(w["w_down"])
+    expected = (np.rint(x / sx) @ wq.astype(np.float64)) * sw * sx
+    out = _run(tmp_path / "r.onnx", h)
+    scale = np.abs(expected).max()
+    assert np.abs(out - expected).max() <= 1e-5 * scale
+    alone = np.concatenate([_run(tmp_path / "r.onnx", h[i : i + 1]) for i in range(2)])
+    np.testing.assert_array_equal(alone, out)
+    # It is a real quantization: close to float32, not equal to it.
+    ref = _run(tmp_path / "m.onnx", h)
+    assert 0 < np.abs(out - ref).max() <= 0.02 * np.abs(ref).max()
+
+
+def test_quantize_matmuls_rejects_a_scale_for_an_unknown_weight(tmp_path):
+    _mlp_graph(tmp_path / "m.onnx")
+    with pytest.raises(ValueError, match="cannot rescale 'nope'"):
+        quantize_matmuls(tmp_path / "m.onnx", tmp_path / "q.onnx", exclude=set(), scale_rows={"nope": np.ones(2)})
+
+
+# --- the tiny real model ---------------------------------------------------------------------------
+def test_folding_is_exact_in_float_on_smollm2(smollm2_export, tmp_path):
+    """On SmolLM2 (down_proj inputs up to ~3000 in layers 11 and 28), the smoothed graph with float32
+    weights gives the original hidden states within 1e-5 (relative to their scale); calibration
+    leaves the export directory as it was (its temporary graph is removed)."""
+    import onnx
+
+    from typed_decisions_export.ort_backbone import OrtBackbone
+
+    src, _ = smollm2_export
+    before = sorted(p.name for p in src.iterdir())
+    ids = [1, 9690, 198, 2683, 359, 253, 5356, 2, 198, 1, 4093, 198, 59, 2, 198, 1, 520, 9531, 198]
+    record, rows, cols, float_nodes = _plan_smoothing(src / "model.onnx", 0.5, [ids, ids[:9]], 0, log=lambda m: None)
+    assert sorted(p.name for p in src.iterdir()) == before
+    assert len(record["smoothed"]) == len(rows) == len(cols) == 30 and float_nodes == [] and record["not_matched"] == {}
+    assert max(record["activation_absmax"].values()) > 1000  # the outliers smoothing is for
+    s_all = np.concatenate(list(rows.values()))
+    assert s_all.max() / s_all.min() > 10
+    for name in rows:  # up columns get exactly the reciprocal of the matching down rows
+        assert any(np.allclose(c * rows[name], 1.0) for c in cols.values() if c.shape == rows[name].shape)
+    graph = onnx.load(str(src / "model.onnx"), load_external_data=False).graph
+    every_matmul = {n.name for n in graph.node if n.op_type == "MatMul"}
+    quantize_matmuls(src / "model.onnx", tmp_path / "smoothed.onnx", exclude=every_matmul,
+                     scale_rows=rows, scale_cols=cols, log=lambda m: None)
+    ref, _ = OrtBackbone(src / "model.onnx").prefill(ids)  # (1, T, H)
+    out, _ = OrtBackbone(tmp_path / "smoothed.onnx").prefill(ids)
+    assert np.abs(out - ref).max() / max(1.0, np.abs(ref).max()) <= 1e-5
+    # Negative control: without the up_proj side the hidden states move by O(their scale).
+    quantize_matmuls(src / "model.onnx", tmp_path / "half.onnx", exclude=every_matmul, scale_rows=rows, log=lambda m: None)
+    half, _ = OrtBackbone(tmp_path / "half.onnx").prefill(ids)
+    assert np.abs(half - ref).max() / max(1.0, np.abs(ref).max()) > 1e-2
+
+
+# --- quantize_export and the CLI on tiny random models ---------------------------------------------
+def test_manifest_records_the_smoothing(tiny_exports, tmp_path):
+    src, _ = tiny_exports["llama"]
+    before = sorted(p.name for p in src.iterdir())
+    manifest = quantize_export(src, tmp_path / "sq", smooth=0.5, keep_float=1, force=True, progress=False)
+    assert sorted(p.name for p in src.iterdir()) == before  # no calibration graph left behind
+    q = manifest["quantization"]
+    sm = q["smoothing"]
+    assert sm["method"] == "smoothquant" and sm["alpha"] == 0.5
+    assert (sm["target"], sm["folded_into"]) == ("down_proj", "up_proj")
+    assert sm["calibration"]["prompts"] == len(quantize_mod.CALIBRATION) and sm["calibration"]["tokens"] > 0
+    layers = {"layers.0.mlp.down_proj", "layers.1.mlp.down_proj"}
+    assert set(sm["activation_absmax"]) == layers and sm["not_matched"] == {}
+    # keep_float=1: the layer with the larger calibration maximum stays float32 and unsmoothed.
+    worst = max(sm["activation_absmax"], key=sm["activation_absmax"].get)
+    assert sm["kept_float_largest_absmax"] == [worst] and q["excluded"] == [worst]
+    assert sm["smoothed"] == sorted(layers - {worst})
+    assert q["quantized"] == 2 * 7 - 1  # q, k, v, o, gate, up, down per layer, one down kept
+    assert sm["activations"] == "per_token"  # the default with smoothing
+    # The smoothed down_proj reads a per-token quantized input; the float32 one reads its own input.
+    import onnx
+
+    graph = onnx.load(str(tmp_path / "sq" / "model.int8.onnx"), load_external_data=False).graph
+    assert sum(n.op_type == "ReduceMax" for n in graph.node) == 1
+    per_tensor = quantize_export(src, tmp_path / "sq-tensor", smooth=0.5, keep_float=0, per_token=False, force=True,
+                                 progress=False)["quantization"]
+    assert per_tensor["smoothing"]["activations"] == "per_tensor" and per_tensor["excluded"] == []
+    graph = onnx.load(str(tmp_path / "sq-tensor" / "model.int8.onnx"), load_external_data=False).graph
+    assert not any(n.op_type == "ReduceMax" for n in graph.node)
+    assert json.loads((tmp_path / "sq" / "manifest.json").read_text())["quantization"]["smoothing"] == sm
+
+
+def test_without_smoothing_the_manifest_says_so(tiny_exports, tmp_path):
+    src, _ = tiny_exports["llama"]
+    q = quantize_export(src, tmp_path / "plain", smooth=None, force=True, progress=False)["quantization"]
+    assert q["smoothing"] is None and q["excluded"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
+    with pytest.raises(ExportError, match="alpha"):
+        quantize_export(src, tmp_path / "bad", smooth=1.5, progress=False)
+    with pytest.raises(ExportError, match="only apply with smoothing"):
+        quantize_export(src, tmp_path / "bad", smooth=None, keep_float=2, progress=False)
+    with pytest.raises(ExportError, match="only apply with smoothing"):
+        quantize_export(src, tmp_path / "bad", smooth=None, per_token=False, progress=False)
+
+
+def test_fused_gate_up_keeps_down_proj_float32_and_says_why(tiny_exports, tmp_path):
+    """Phi3 computes gate and up in one MatMul (gate_up_proj) and splits it: no up_proj MatMul to
+    fold 1/s into, so its down_proj stays float32 and the manifest names the reason."""
+    src, _ = tiny_exports["phi3"]
+    q = quantize_export(src, tmp_path / "phi3", smooth=0.5, force=True, progress=False)["quantization"]
+    sm = q["smoothing"]
+    assert sm["smoothed"] == [] and set(sm["not_matched"]) == {"layers.0.mlp.down_proj", "layers.1.mlp.down_proj"}
+    assert all("up_proj" in why for why in sm["not_matched"].values())
+    assert q["excluded"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
+
+
+def test_cli_smooth(tiny_folders, tmp_path, capsys):
+    out = tmp_path / "cli-sq"
+    rc = main([str(tiny_folders["qwen2"]), "--out", str(out), "--quantize", "int8", "--smooth", "0.6", "--force", "--quiet"])
+    assert rc == 0
+    sm = json.loads((out / "manifest.json").read_text())["quantization"]["smoothing"]
+    assert sm["alpha"] == 0.6 and sm["smoothed"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
+    assert sm["activations"] == "per_token"
+    out2 = tmp_path / "cli-sq-tensor"
+    assert main([str(tiny_folders["qwen2"]), "--out", str(out2), "--quantize", "int8", "--smooth", "0.5", "--keep-float", "1",
+                 "--down-proj-activations", "tensor", "--force", "--quiet"]) == 0
+    q = json.loads((out2 / "manifest.json").read_text())["quantization"]
+    assert q["smoothing"]["activations"] == "per_tensor" and len(q["excluded"]) == 1
+    capsys.readouterr()
+    for bad in (["--smooth", "2"], ["--smooth", "half"]):
+        with pytest.raises(SystemExit) as e:
+            main([str(tiny_folders["qwen2"]), "--out", str(tmp_path / "x"), "--quantize", "int8", *bad])
+        assert e.value.code == 2
+    # --smooth without INT8 is refused before anything is exported.
+    assert main([str(tiny_folders["qwen2"]), "--out", str(tmp_path / "y"), "--smooth", "0.5", "--quiet"]) == 1
+    assert "INT8 only" in capsys.readouterr().err
+    assert not (tmp_path / "y").exists()
+    assert main([str(tiny_folders["qwen2"]), "--out", str(tmp_path / "z"), "--quantize", "int8", "--smooth", "off",
+                 "--keep-float", "2", "--quiet"]) == 1
+    assert "only apply with smoothing" in capsys.readouterr().err
