@@ -20,7 +20,7 @@ Dynamic INT8 models quantize activations with a per-tensor scale computed per ``
 rows together would make one row's answer depend on its neighbours, so quantized models run one
 row per call (``max_batch_rows=1``) and results stay independent of how requests are batched.
 (They still depend on where a cached prefix ends — the scales of a prefix step differ from those
-of a full prefill — by up to 0.085 in probability on the 1.5B model; see docs/export.md.)
+of a full prefill — by up to 0.06–0.09 in probability on the 1.5B model; see docs/export.md.)
 Sliding-window models run one row per call too: their window counts cache slots, which padding
 would shift.
 """
