@@ -735,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
             if "free_text" in peers:
                 rss.phase("free_text")
                 for wl in (w for w in reqs if w in peer_wls):
-                    comp = compiled.get((wl, "names"))
+                    comp = compiled.get((wl, names_mode))  # the same prompts as the other peers
                     if comp is None:
                         continue
                     prompts = [list(comp.prefix_ids + q.suffix_ids) for q in comp.questions]
@@ -746,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
 
                     times, _ = timed(gen, peer_trials, f"free text {wl}", warmup=args.warmup)
                     parsed = [parse_answer(t, list(q.labels)) for t, q in zip(texts, comp.questions)]
-                    ours = ours_probs.get((wl, "names", "fp32"))  # type: ignore[call-overload]
+                    ours = ours_probs.get((wl, names_mode, "fp32"))  # type: ignore[call-overload]
                     agree = ([int(np.argmax(ours[q.name])) == pi for q, pi in zip(comp.questions, parsed)]
                              if ours else [])
                     med = float(np.median(times))
