@@ -148,7 +148,7 @@ def test_sharing_computes_fewer_tokens(tiny_model_dir):
     resp = d.run(req)
     computed = d.engine.stats.tokens_computed - before
     assert resp.usage.input_tokens > computed  # logical > computed: the prefix ran once
-    comp = compiled(d, req, "names")
+    comp = compiled(d, req, d.label_mode)  # what run() compiled (default: auto)
     assert resp.usage.input_tokens == sum(len(comp.prefix_ids) + len(q.suffix_ids) for q in comp.questions)
 
 
