@@ -17,7 +17,8 @@ macro-F1 and ECE; names − letters differences are paired (same rows, same resa
 
 The recommendation printed at the end is mechanical: per question type, the label mode with the
 higher mean test macro-F1 over that type's datasets; per cell, the calibration variant with the
-lowest NLL on the calibration split (what ``typed-decisions calibrate --method auto`` writes).
+lowest NLL on the calibration split among those that keep its accuracy (what
+``typed-decisions calibrate --method auto`` writes).
 The last line is one JSON object with the headline numbers.
 """
 
@@ -153,14 +154,15 @@ def main(argv: list[str] | None = None) -> int:
         fg = [g for k in others for g in raw[k]["fit"]["gold"]]
         t = fit_temperature(fp, fg)
         tp = [np.asarray(x) for x in raw[key]["test"]["probabilities"]]
-        m = metrics(_apply(tp, TypeCalibration(temperature=t), None), raw[key]["test"]["gold"], qtype=r["type"])
-        samples = bootstrap(_apply(tp, TypeCalibration(temperature=t), None), raw[key]["test"]["gold"], r["_idx"])
+        calibrated, tg = _apply(tp, TypeCalibration(temperature=t), None), raw[key]["test"]["gold"]
+        m = metrics(calibrated, tg, qtype=r["type"])
+        samples = bootstrap(calibrated, tg, r["_idx"])
         r["variants"]["transfer"] = {"temperature": t, "contextual": False, "fitted_on": [results[k]["dataset"] for k in others],
                                      "test": {k: m[k] for k in ("n", "accuracy", "macro_f1", "nll", "brier", "ece")},
                                      "test_ci95": {k: interval(s) for k, s in samples.items()}, "_samples": samples}
 
-    # paired names − letters differences (same test rows; the same resamples because one rng draw per cell
-    # would differ, so re-run the bootstrap of the letters cell on the names cell's resamples)
+    # paired names − letters differences: both cells hold the same test rows, but each cell drew its own
+    # resamples above, so the letters cell is re-bootstrapped on the names cell's resamples
     diffs = {}
     for key, r in results.items():
         if r["label_mode"] != "names":
@@ -185,11 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, v in r["variants"].items():
             t, ci = v["test"], v["test_ci95"]
             mark = "*" if name == r["best"] else " "
-            name = "transfer" if name == "transfer" else name
             print(f"{key:<34} {name:<11}{mark} {v['temperature']:>6.2f} {t['accuracy']:>6.3f} "
                   f"{ci['accuracy'][0]:>7.3f}–{ci['accuracy'][1]:<7.3f} {t['macro_f1']:>6.3f} {t['nll']:>6.3f} "
                   f"{t['ece']:>6.3f} {ci['ece'][0]:>7.3f}–{ci['ece'][1]:<7.3f}")
-    print("* = lowest NLL on the calibration split (what `calibrate --method auto` writes); "
+    print("* = lowest calibration-split NLL among variants keeping its accuracy (what `calibrate --method auto` "
+          "writes); "
           "transfer = one T fitted on the other datasets of the same type")
     for ds, d in diffs.items():
         print(f"{ds}: names − letters  acc {d['accuracy']['delta']:+.3f} {d['accuracy']['ci95']}  "

@@ -23,6 +23,8 @@ import json
 import time
 from pathlib import Path
 
+from typed_decisions.compiler import LABEL_MODES
+
 
 def load_torch_model(weights: Path):
     """The same weights in transformers, float32, eval mode: a .gguf file (de-quantized) or an HF folder."""
@@ -63,7 +65,7 @@ def main() -> int:
     p.add_argument("--split", default="test")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--max-new-tokens", type=int, default=8)
-    p.add_argument("--labels", choices=["auto", "names", "letters"], default="auto")
+    p.add_argument("--labels", choices=LABEL_MODES, default="auto")
     p.add_argument("--report", type=Path, default=None, help="an eval --out report to compare with")
     p.add_argument("--sweep-raw", type=Path, default=None, help="an eval_sweep.py <out>.raw.json to compare with")
     p.add_argument("--out", type=Path, default=None)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from .errors import ContextTooLongError
 from .labels import LabelPaths, build_label_paths, surface_variants
@@ -34,7 +34,7 @@ from .tokenization import ChatTemplate, Segment, TextTokenizer
 
 LabelMode = Literal["auto", "names", "letters"]
 QuestionLabels = Literal["names", "letters"]  # what one question is actually compiled with
-LABEL_MODES: tuple[str, ...] = ("auto", "names", "letters")
+LABEL_MODES: tuple[str, ...] = get_args(LabelMode)
 
 # What "auto" (the default) compiles each question type with, chosen on real labelled data
 # (docs/evaluation.md, benchmarks/eval_sweep.py): option names read best for choice questions,
@@ -52,7 +52,7 @@ def resolve_label_mode(qtype: str, mode: LabelMode) -> QuestionLabels:
     if mode == "auto":
         return AUTO_LABELS[qtype]
     if mode not in LABEL_MODES:
-        raise ValueError(f"label_mode must be 'auto', 'names' or 'letters', got {mode!r}")
+        raise ValueError(f"label_mode must be one of {', '.join(LABEL_MODES)}, got {mode!r}")
     return mode
 
 SYSTEM_PROMPT = (
