@@ -3,13 +3,14 @@
 Not part of the package: the measurements behind docs/export.md (INT8, SmoothQuant). One model
 session at a time (the float32 1.5B session holds ~6 GB); run it niced on a shared machine.
 
-    # drift of variants ALPHA:KEEP[:row] ('none' = down_proj float32, 'ones' = s = 1), each vs float32
-    python export/scripts/int8_study.py drift FP32_DIR WORK none:0 0.5:0:row 0.5:2 ...
+    # drift of variants ALPHA:KEEP[:token|tensor[:a7w8|a8w7]] ('none' = down_proj float32,
+    # 'ones' = s = 1; activations per token (default) or per tensor; integer format), each vs float32
+    python export/scripts/int8_study.py drift FP32_DIR WORK none:0 0.5:0:token 0.5:0:token:a8w7 0.5:0:token:a7w8:norms 0.5:0:tensor ...
     # prefill of one ~370-token prompt, 2 threads, 1 warm-up then median of 3, graphs in this order
     python export/scripts/int8_study.py prefill FP32_DIR GRAPH.onnx [GRAPH.onnx ...]
 
 `drift` measures each variant on the 8 drift PROBES plus 12 held-out questions (HELD, never used
-for choosing anything in quantize.py), each run alone, in one left-padded batch per set, and as
+for choosing anything in quantize.py), each run alone, in one right-padded batch per set, and as
 prefix + 3-token cached step; float32 is run once (alone: it depends on neither batching nor
 caching, <= 2e-6) and cached with the calibration maxima in WORK/cache.npz. It prints, per variant,
 the mean and max over prompts of max |dp| for each mode and over all 60 measurements, plus the
@@ -29,7 +30,9 @@ from pathlib import Path
 import numpy as np
 
 import typed_decisions_export.quantize as qm
-from typed_decisions_export.int8_matmul import quantize_matmuls
+from typed_decisions_export.int8_matmul import IntegerFormat, quantize_matmuls
+
+FORMATS = {"a7w8": IntegerFormat(63, 127), "a8w7": IntegerFormat(127, 63)}
 from typed_decisions_export.ort_backbone import OrtBackbone
 from typed_decisions_export.tokenizer_files import candidate_ids, encode_prompt, render_chat
 
@@ -78,7 +81,8 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
         del ort
         gc.collect()
         pairs, _ = qm._smoothing_pairs(src)
-        z |= {"am_" + k: v for k, v in qm._activation_absmax(src, [p["x"] for p in pairs], calib, log=print).items()}
+        xs = [p["x"] for p in pairs] + [t["x"] for t in qm._norm_sites(src)]
+        z |= {"am_" + k: v for k, v in qm._activation_absmax(src, xs, calib, log=print).items()}
         np.savez(cache, **z)
     absmax = {k[3:]: v for k, v in z.items() if k.startswith("am_")}
     ref = np.concatenate([z["p32"], z["h32"]])  # (20, K)
@@ -86,18 +90,21 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
     plain_sv = qm.smoothing_vector
     for spec in specs:
         alpha, keep, *rest = spec.split(":")
-        per_token = bool(rest and rest[0] == "row")
+        norms = "norms" in rest
+        rest = [r for r in rest if r != "norms"]
+        activations = f"per_{rest[0]}" if rest else "per_token"
+        fmt = FORMATS[rest[1]] if len(rest) > 1 else FORMATS["a7w8"]
         qm.smoothing_vector = plain_sv
         if alpha == "ones":  # down_proj quantized without smoothing
             qm.smoothing_vector = lambda a, w, al: np.ones_like(np.asarray(a, np.float64))
         t0 = time.perf_counter()
         if alpha == "none":
-            float_nodes, rows, cols, per_row = qm._excluded_nodes(src)[0], {}, {}, set()
+            float_nodes, rows, cols = qm._excluded_nodes(src)[0], {}, {}
         else:
-            _, rows, cols, float_nodes = qm._plan_smoothing(src, 0.5 if alpha == "ones" else float(alpha), calib, int(keep), log=lambda m: None)
-            per_row = {p["down_node"] for p in qm._smoothing_pairs(src)[0]} - set(float_nodes) if per_token else set()
-        quantize_matmuls(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols, per_row=per_row,
-                         log=lambda m: None)
+            _, rows, cols, float_nodes = qm._plan_smoothing(src, 0.5 if alpha == "ones" else float(alpha), calib, int(keep),
+                                                            log=lambda m: None, norms=norms)
+        quantize_matmuls(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols,
+                         activations=activations, fmt=fmt, log=lambda m: None)
         ort = OrtBackbone(work / "m.onnx")
         tables = {
             "alone": np.concatenate([probe.alone(ort, probes), probe.alone(ort, held)]),

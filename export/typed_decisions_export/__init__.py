@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .errors import ExportError, QuantizationError, SelfCheckError
 from .export import export_model
-from .quantize import quantize_export
+from .quantize import Int8Options, quantize_export
 
 try:
     __version__ = version("typed-decisions-export")
@@ -19,6 +19,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "ExportError",
+    "Int8Options",
     "QuantizationError",
     "SelfCheckError",
     "__version__",

@@ -1,5 +1,5 @@
 """Command line: `typed-decisions-export SOURCE --out DIR [--quantize int8 [--smooth ALPHA|off]
-[--keep-float N] [--down-proj-activations token|tensor]] [--name NAME] [--force]`.
+[--keep-float N] [--activations token|tensor]] [--name NAME] [--force]`.
 
 The runtime's `typed-decisions export ...` forwards its arguments here (`main(argv_after_export)`).
 """
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from .errors import ExportError
+from .quantize import Int8Options
 
 
 def _alpha(text: str) -> float | str:
@@ -27,26 +28,6 @@ def _alpha(text: str) -> float | str:
     return alpha
 
 
-def _default_smooth() -> str:
-    from .quantize import SMOOTH_DEFAULT, SMOOTH_KEEP_FLOAT_DEFAULT
-
-    if SMOOTH_DEFAULT is None:
-        return "off"
-    return f"{SMOOTH_DEFAULT}" + (f" with --keep-float {SMOOTH_KEEP_FLOAT_DEFAULT}" if SMOOTH_KEEP_FLOAT_DEFAULT else "")
-
-
-def _default_keep_float() -> int:
-    from .quantize import SMOOTH_KEEP_FLOAT_DEFAULT
-
-    return SMOOTH_KEEP_FLOAT_DEFAULT
-
-
-def _default_activations() -> str:
-    from .quantize import SMOOTH_PER_TOKEN_DEFAULT
-
-    return "token" if SMOOTH_PER_TOKEN_DEFAULT else "tensor"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="typed-decisions-export",
@@ -58,23 +39,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--smooth", type=_alpha, default=None, metavar="ALPHA|off",
         help="INT8: SmoothQuant the MLP down_proj MatMuls with migration strength ALPHA in [0, 1] and quantize "
-             "them too; 'off' keeps them float32 (default: %s)" % _default_smooth(),
+             "them too; 'off' keeps them float32 (default: %s)" % (Int8Options.smooth if Int8Options.smooth is not None else "off"),
     )
     parser.add_argument(
         "--keep-float", type=int, default=None, metavar="N",
         help="INT8 with --smooth: keep the N down_proj MatMuls with the largest calibration inputs float32 "
-             "(default: %d)" % _default_keep_float(),
+             "(default: %d)" % Int8Options.keep_float,
     )
     parser.add_argument(
-        "--down-proj-activations", choices=["token", "tensor"], default=None,
-        help="INT8 with --smooth: quantize the smoothed down_proj inputs with one scale per token (row) or "
-             "one per tensor (default: %s)" % _default_activations(),
+        "--activations", choices=["token", "tensor"], default=None,
+        help="INT8: quantize MatMul inputs with one scale per token (row-independent, exact on every x86 CPU) "
+             "or, for comparison only, one per tensor per run (batch-dependent; saturates without VNNI) "
+             "(default: %s)" % Int8Options.activations.removeprefix("per_"),
     )
     parser.add_argument("--name", default=None, help="model name recorded in the manifest")
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (>= 18)")
     parser.add_argument("--force", action="store_true", help="keep INT8 even when its drift exceeds the threshold")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
+
+
+def int8_options(args: argparse.Namespace) -> Int8Options | None:
+    """The INT8 options the command line names (defaults for the rest), or None when it names none."""
+    given = {}
+    if args.smooth is not None:
+        given["smooth"] = None if args.smooth == "off" else args.smooth
+    if args.keep_float is not None:
+        given["keep_float"] = args.keep_float
+    if args.activations is not None:
+        given["activations"] = f"per_{args.activations}"
+    return Int8Options(**given) if given else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             opset=args.opset,
             progress=not args.quiet,
             force=args.force,
-            smooth="default" if args.smooth is None else None if args.smooth == "off" else args.smooth,
-            keep_float=args.keep_float,
-            per_token=None if args.down_proj_activations is None else args.down_proj_activations == "token",
+            int8=int8_options(args),
         )
     except ExportError as e:
         print(f"typed-decisions-export: error: {e}", file=sys.stderr)

@@ -8,8 +8,6 @@ drift and rewrites the manifest. A directory without manifest.json is unfinished
 from __future__ import annotations
 
 import gc
-import resource
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ import numpy as np
 
 from .errors import ExportError, SelfCheckError
 from .loading import load_source
+from .layout import ONNX_FILE, SELF_CHECK_FAILURE_FILE, make_logger, peak_rss_bytes, prepare_out_dir
 from .manifest import (
     FORMAT_VERSION,
     LM_HEAD_FILE,
@@ -29,58 +28,9 @@ from .manifest import (
     write_manifest,
 )
 from .onnx_export import export_backbone
+from .quantize import Int8Options
 from .selfcheck import plan_self_check, run_self_check, torch_references
 from .tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE, write_tokenizer_files
-
-ONNX_FILE = "model.onnx"
-INT8_ONNX_FILE = "model.int8.onnx"
-SELF_CHECK_FAILURE_FILE = "self_check.failed.json"
-# Everything an export may write: an existing directory holding only these can be re-exported into.
-KNOWN_FILES = {
-    MANIFEST_FILE,
-    MANIFEST_FILE + ".tmp",
-    ONNX_FILE,
-    ONNX_FILE + ".data",
-    INT8_ONNX_FILE,
-    INT8_ONNX_FILE + ".data",
-    LM_HEAD_FILE,
-    TOKENIZER_FILE,
-    CHAT_TEMPLATE_FILE,
-    SELF_CHECK_FAILURE_FILE,
-    ".verified.json",  # the runtime's hash-stamp cache (typed_decisions.artifacts)
-}
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident set size of this process so far (Linux reports ru_maxrss in KiB, macOS in bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def make_logger(progress: bool):
-    """A `log(message)` that prints timestamped lines to stderr, or does nothing."""
-    start = time.perf_counter()
-
-    def log(message: str) -> None:
-        if progress:
-            print(f"[typed-decisions-export {time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
-
-    return log
-
-
-def prepare_out_dir(out_dir: Path) -> None:
-    """Create out_dir, or clear a previous export in it; refuse a folder holding anything else.
-
-    The manifest goes first, so that an interrupted re-export never looks finished.
-    """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in KNOWN_FILES)
-    if foreign:
-        raise ExportError(f"{out_dir} holds files that are not part of an export ({', '.join(foreign[:5])}); choose an empty --out")
-    (out_dir / MANIFEST_FILE).unlink(missing_ok=True)
-    for name in KNOWN_FILES:
-        (out_dir / name).unlink(missing_ok=True)
-
 
 def export_model(
     source: str | Path,
@@ -91,16 +41,13 @@ def export_model(
     opset: int = 18,
     progress: bool = True,
     force: bool = False,
-    smooth: float | None | str = "default",
-    keep_float: int | None = None,
-    per_token: bool | None = None,
+    int8: Int8Options | None = None,
 ) -> dict[str, Any]:
     """Export `source` (HF folder, .gguf file or catalogue name) to `out_dir`; returns the manifest.
 
     Raises SelfCheckError (no manifest written) when ONNX Runtime disagrees with PyTorch, and
     QuantizationError when `quantize="int8"` drifts beyond the threshold and `force` is False.
-    `smooth`, `keep_float` and `per_token` are passed to quantize_export (SmoothQuant for the MLP down_proj;
-    "default" means quantize_export's own default).
+    `int8` (Int8Options, default: its defaults) is passed to quantize_export.
     """
     import json
 
@@ -108,15 +55,8 @@ def export_model(
 
     if quantize not in (None, "int8"):
         raise ExportError(f"quantize={quantize!r}: the only supported value is 'int8'")
-    if quantize is None and (smooth not in ("default", None) or keep_float or per_token is not None):
-        raise ExportError("smooth / keep_float / per_token apply to INT8 only (quantize='int8')")
-    if isinstance(smooth, (int, float)) and not 0.0 <= smooth <= 1.0:
-        raise ExportError(f"smooth={smooth}: SmoothQuant's alpha must be in [0, 1]")
-    if quantize == "int8":  # refuse contradictory options before the (long) export, not after
-        from .quantize import SMOOTH_DEFAULT
-
-        if (SMOOTH_DEFAULT if smooth == "default" else smooth) is None and (keep_float or per_token is not None):
-            raise ExportError("keep_float / per_token only apply with smoothing (without it every down_proj stays float32)")
+    if quantize is None and int8 is not None:  # refused before the (long) export, not after
+        raise ExportError("INT8 options (smooth / keep_float / activations) apply to INT8 only (quantize='int8')")
     if opset < 18:
         raise ExportError(f"opset={opset}: the format needs opset >= 18")
     out_dir = Path(out_dir)
@@ -174,10 +114,7 @@ def export_model(
     if quantize == "int8":
         from .quantize import quantize_export
 
-        options: dict[str, Any] = {"keep_float": keep_float, "per_token": per_token}
-        if smooth != "default":
-            options["smooth"] = smooth
-        manifest = quantize_export(out_dir, out_dir, force=force, progress=progress, **options)
+        manifest = quantize_export(out_dir, out_dir, int8, force=force, progress=progress)
         manifest["export"] = {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes()}
         write_manifest(out_dir, manifest)
     return manifest

@@ -1,17 +1,31 @@
 """Streaming per-channel INT8 for the constant-weight MatMuls of an ONNX graph with external data.
 
-Why not `onnxruntime.quantization.quantize_dynamic`: it loads every external weight into memory,
-copies the model for shape inference and keeps float and int8 copies side by side; on the 6 GB
-float32 Qwen2.5-1.5B backbone it passed 17 GB of RSS and was killed on a 24 GB machine. This
-module produces the same graph pattern that quantize_dynamic emits for MatMul in IntegerOps mode,
+Every MatMul with a constant 2-D float weight becomes, by default,
 
-    X -> DynamicQuantizeLinear -> (Xq uint8, sx, zx)          one per activation, shared
-    MatMulInteger(Xq, Wq int8 (K, N), zx, zw = 0 (N,)) -> Cast(float) -> Mul(sx * sw (N,)) -> Y
+    sx = max_k |X[..., k]| / 127                one scale per token (row), shape (..., 1)
+    Xq = Cast<uint8>(Round(X / sx) + 128)       in [1, 255]; shared by the MatMuls reading X
+    Y  = Cast<float>(MatMulInteger(Xq, Wq int8 (K, N), 128, 0)) * sw (N,) * sx
 
-with symmetric int8 weights per output column (`sw = max|W[:, n]| / 127`, `Wq = rint(W / sw)`),
-while reading one weight at a time and streaming every initializer into the new data file, so the
-peak memory is about one weight matrix. ONNX Runtime fuses the pattern into its
-MatMulIntegerToFloat kernel at session load, as it does for quantize_dynamic's output.
+with symmetric 7-bit weights per output column (`sw = max|W[:, n]| / 63`, `Wq = rint(W / sw)` in
+[-63, 63], stored int8).
+Two properties follow, and the tests hold the graph to both:
+
+- *row independence*: a token's output depends on its own activations only, so a prompt's answer
+  is the same alone, in a batch with other prompts, or split into a cached prefix and a step;
+- *exact on every x86 CPU*: 8-bit activations times 7-bit weights cannot saturate the int16 pair
+  sums of the u8·s8 kernel that CPUs without VNNI use (IntegerFormat), so AVX2, AVX-512 VNNI
+  and AMX compute the same integers. (7-bit weights drift less than 7-bit activations: max |dp|
+  0.083 vs 0.272 on 60 prompts of the 1.5B default model, docs/export.md.)
+
+`activations="per_tensor"` writes instead the pattern ONNX Runtime's `quantize_dynamic` emits
+(DynamicQuantizeLinear: one asymmetric uint8 scale per tensor per run, 8-bit weights), which has
+neither property; it is kept as the reference the batch-independence tests show failing.
+
+Why not `onnxruntime.quantization.quantize_dynamic` itself: it loads every external weight into
+memory, copies the model for shape inference and keeps float and int8 copies side by side; on the
+6 GB float32 Qwen2.5-1.5B backbone it passed 17 GB of RSS and was killed on a 24 GB machine. This
+module reads one weight at a time and streams every initializer into the new data file, so the
+peak memory is about one weight matrix.
 
 Optionally, named weights are rescaled per row or per column while they stream through (before
 quantization, or as float32 when the weight is not quantized): this is how SmoothQuant's
@@ -20,6 +34,7 @@ smoothing vectors are folded into the graph (quantize.py), one weight in memory 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -35,7 +50,7 @@ def _external(tensor: Any) -> dict[str, str] | None:
     return {e.key: e.value for e in tensor.external_data}
 
 
-def _read_weight(tensor: Any, base: Path) -> np.ndarray:
+def read_weight(tensor: Any, base: Path) -> np.ndarray:
     """One float32 initializer as an array, reading only its own bytes of the external data file."""
     from onnx import numpy_helper
 
@@ -48,7 +63,8 @@ def _read_weight(tensor: Any, base: Path) -> np.ndarray:
 
 
 def scale_weight(w: np.ndarray, rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> np.ndarray:
-    """`W[k, n] * rows[k] * cols[n]` for a (K, N) weight, computed in float64, returned float32.
+    """`W[k, n] * rows[k] * cols[n]` for a (K, N) weight (`w[k] * rows[k]` for a (K,) vector, e.g.
+    a norm's weight), computed in float64, returned float32.
 
     >>> scale_weight(np.ones((2, 3), np.float32), rows=np.array([1.0, 2.0]), cols=np.array([1.0, 0.5, 4.0])).tolist()
     [[1.0, 0.5, 4.0], [2.0, 1.0, 8.0]]
@@ -57,7 +73,7 @@ def scale_weight(w: np.ndarray, rows: np.ndarray | None = None, cols: np.ndarray
     if rows is not None:
         if rows.shape != (w.shape[0],):
             raise ValueError(f"row scale of shape {rows.shape} for a weight of shape {w.shape}")
-        out *= np.asarray(rows, np.float64)[:, None]
+        out *= np.asarray(rows, np.float64).reshape((-1,) + (1,) * (w.ndim - 1))
     if cols is not None:
         if cols.shape != (w.shape[1],):
             raise ValueError(f"column scale of shape {cols.shape} for a weight of shape {w.shape}")
@@ -65,7 +81,51 @@ def scale_weight(w: np.ndarray, rows: np.ndarray | None = None, cols: np.ndarray
     return out.astype(np.float32)
 
 
-def quantize_weight_per_column(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class IntegerFormat:
+    """How per-token activations and per-column weights are stored as integers, and why no x86
+    CPU can compute them wrongly.
+
+    Activations: symmetric per token (row), `xq = rint(x / sx)` in [-act_levels, act_levels] with
+    `sx = max_k |x[k]| / act_levels`, stored as uint8 `xq + act_zero_point`. Weights: symmetric
+    per output column in [-weight_levels, weight_levels], int8. ONNX Runtime's u8·s8 kernel on
+    CPUs without VNNI (AVX2, AVX-512 without VNNI) adds each pair of products into a saturating
+    int16 (VPMADDUBSW); VNNI and AMX accumulate in int32. The stored values keep every pair sum
+
+        2 · max(stored activation) · weight_levels = `pair_bound` <= 32,767
+
+    so the product is exact on every x86 class and the answers do not depend on the CPU.
+    (benchmarks/int8_kernels.py checks each format against an exact int64 matmul on the machine.)
+
+    >>> TOKEN_FORMAT.act_zero_point, TOKEN_FORMAT.pair_bound
+    (128, 32130)
+    >>> IntegerFormat(127, 127).pair_bound > 32767  # full 8-bit u8·s8: saturates without VNNI
+    True
+    """
+
+    act_levels: int = 127
+    weight_levels: int = 63
+
+    @property
+    def act_zero_point(self) -> int:
+        return self.act_levels + 1
+
+    @property
+    def pair_bound(self) -> int:
+        return 2 * (self.act_zero_point + self.act_levels) * self.weight_levels
+
+    def describe(self) -> dict[str, Any]:
+        return {"activations": f"per token, symmetric, {self.act_levels} levels each side, uint8 around {self.act_zero_point}",
+                "weights": f"per output column, symmetric, {self.weight_levels} levels each side, int8",
+                "pair_bound": self.pair_bound, "exact_without_vnni": self.pair_bound <= INT16_MAX}
+
+
+INT16_MAX = 32767
+TOKEN_FORMAT = IntegerFormat(act_levels=127, weight_levels=63)  # 8-bit activations, 7-bit weights
+ACTIVATIONS = ("per_token", "per_tensor")
+
+
+def quantize_weight_per_column(w: np.ndarray, levels: int = 127) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric int8 per output column of a (K, N) weight: (Wq int8 (K, N), scale float32 (N,)).
 
     >>> q, s = quantize_weight_per_column(np.array([[1.0, -0.5], [-2.0, 0.25]], np.float32))
@@ -73,8 +133,8 @@ def quantize_weight_per_column(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ([[64, -127], [-127, 64]], [0.01575, 0.00394])
     """
     absmax = np.abs(w).max(axis=0)  # (N,)
-    scale = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)  # (N,)
-    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)  # (K, N)
+    scale = np.where(absmax > 0, absmax / float(levels), 1.0).astype(np.float32)  # (N,)
+    q = np.clip(np.rint(w / scale), -levels, levels).astype(np.int8)  # (K, N)
     return q, scale
 
 
@@ -111,6 +171,91 @@ class _DataWriter:
                 left -= len(block)
 
 
+class _QuantizedGraph:
+    """The nodes and initializers of the rewritten graph, built one MatMul at a time.
+
+    Each activation tensor is quantized once however many MatMuls read it (q/k/v share their
+    input, as do gate/up)."""
+
+    def __init__(self, opset: int, fmt: IntegerFormat):
+        from onnx import TensorProto, helper
+
+        self.opset, self.fmt = opset, fmt
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self._inputs: dict[str, tuple[str, str, str]] = {}
+        self._constants_added = False
+        self._helper, self._T = helper, TensorProto
+
+    def _constants(self) -> None:
+        if self._constants_added:
+            return
+        h, T, f = self._helper, self._T, self.fmt
+        self.inits += [
+            h.make_tensor("per_token_zero_point", T.UINT8, [], [f.act_zero_point]),
+            h.make_tensor("per_token_inv_levels", T.FLOAT, [], [1.0 / f.act_levels]),
+            h.make_tensor("per_token_zero_point_f", T.FLOAT, [], [float(f.act_zero_point)]),
+            h.make_tensor("per_token_tiny", T.FLOAT, [], [1e-30]),
+            h.make_tensor("per_token_axes", T.INT64, [1], [-1]),
+        ]
+        self._constants_added = True
+
+    def per_token(self, x: str) -> tuple[str, str, str]:
+        """(xq uint8, sx (..., 1), zero point) for `x`: one symmetric scale per token (row),
+
+            sx = max(max_k |x[..., k]|, tiny) / L        xq = Cast<uint8>(Round(x / sx) + L + 1)
+
+        with L = fmt.act_levels, so a row's integers depend on that row alone."""
+        if x in self._inputs:
+            return self._inputs[x]
+        self._constants()
+        h, t = self._helper, f"{x}_tok"
+        reduce = (h.make_node("ReduceMax", [f"{t}_abs", "per_token_axes"], [f"{t}_absmax"], f"{t}_reducemax", keepdims=1)
+                  if self.opset >= 18 else
+                  h.make_node("ReduceMax", [f"{t}_abs"], [f"{t}_absmax"], f"{t}_reducemax", axes=[-1], keepdims=1))
+        names = (f"{t}_quantized", f"{t}_scale", "per_token_zero_point")
+        self.nodes += [
+            h.make_node("Abs", [x], [f"{t}_abs"], f"{t}_abs"),
+            reduce,                                                                          # (..., 1)
+            h.make_node("Max", [f"{t}_absmax", "per_token_tiny"], [f"{t}_absmax_pos"], f"{t}_max"),
+            h.make_node("Mul", [f"{t}_absmax_pos", "per_token_inv_levels"], [names[1]], f"{t}_scale"),
+            h.make_node("Div", [x, names[1]], [f"{t}_scaled"], f"{t}_div"),                  # (..., K)
+            h.make_node("Round", [f"{t}_scaled"], [f"{t}_rounded"], f"{t}_round"),           # [-L, L]
+            h.make_node("Add", [f"{t}_rounded", "per_token_zero_point_f"], [f"{t}_shifted"], f"{t}_shift"),
+            h.make_node("Cast", [f"{t}_shifted"], [names[0]], f"{t}_cast", to=self._T.UINT8),
+        ]
+        self._inputs[x] = names
+        return names
+
+    def per_tensor(self, x: str) -> tuple[str, str, str]:
+        """(xq uint8, sx scalar, zx scalar): ONNX's DynamicQuantizeLinear, one asymmetric scale for
+        the whole tensor of one run (what quantize_dynamic emits; depends on batch-mates)."""
+        if x not in self._inputs:
+            self._inputs[x] = (f"{x}_quantized", f"{x}_scale", f"{x}_zero_point")
+            self.nodes.append(self._helper.make_node("DynamicQuantizeLinear", [x], list(self._inputs[x]), f"{x}_QuantizeLinear"))
+        return self._inputs[x]
+
+    def matmul(self, node: Any, wq_name: str, sw_name: str, zw_name: str, per_token: bool) -> None:
+        """Y = (Xq - zx) (Wq - 0) · sw · sx in place of the float MatMul `node`."""
+        h, T = self._helper, self._T
+        x, y, tag = node.input[0], node.output[0], node.name or node.output[0]
+        xq, sx, zx = self.per_token(x) if per_token else self.per_tensor(x)
+        self.nodes += [
+            h.make_node("MatMulInteger", [xq, wq_name, zx, zw_name], [f"{tag}_int32"], f"{tag}_quant"),
+            h.make_node("Cast", [f"{tag}_int32"], [f"{tag}_float"], f"{tag}_cast", to=T.FLOAT),
+        ]
+        if per_token:  # sx is (..., 1): column scales, then row scales
+            self.nodes += [
+                h.make_node("Mul", [f"{tag}_float", sw_name], [f"{tag}_colscaled"], f"{tag}_rescale_cols"),
+                h.make_node("Mul", [f"{tag}_colscaled", sx], [y], f"{tag}_rescale"),
+            ]
+        else:  # the pattern ONNX Runtime fuses into MatMulIntegerToFloat
+            self.nodes += [
+                h.make_node("Mul", [sx, sw_name], [f"{tag}_scales"], f"{tag}_scales_mul"),
+                h.make_node("Mul", [f"{tag}_float", f"{tag}_scales"], [y], f"{tag}_rescale"),
+            ]
+
+
 def quantize_matmuls(
     src: Path,
     dst: Path,
@@ -118,41 +263,45 @@ def quantize_matmuls(
     exclude: set[str],
     scale_rows: dict[str, np.ndarray] | None = None,
     scale_cols: dict[str, np.ndarray] | None = None,
-    per_row: set[str] = frozenset(),
+    activations: str = "per_token",
+    fmt: IntegerFormat = TOKEN_FORMAT,
     log=print,
 ) -> int:
     """Write `dst` (+ `dst.data`): `src` with every constant-weight 2-D MatMul not in `exclude`
     (node names) turned into dynamic INT8. Returns the number of MatMuls quantized.
 
+    `activations="per_token"` (default): each activation row is quantized with its own scale in
+    `fmt` (IntegerFormat: exact on every x86 CPU class), so a token's result depends on its own
+    inputs only, never on the other rows of the run or on how a prompt was split into cached
+    steps. `"per_tensor"`: the pattern ONNX Runtime's quantize_dynamic emits (one uint8 scale per
+    tensor per run, int8 weights) — batch-dependent and, without VNNI, subject to int16
+    saturation; kept as the reference the tests show failing.
+
     `scale_rows` / `scale_cols` (initializer name -> vector) rescale 2-D float weights while they
     are streamed, `W[k, :] *= scale_rows[name][k]` and `W[:, n] *= scale_cols[name][n]` (ONNX
     MatMul weights are (K, N) = (in, out)), before quantizing them or, for a weight that stays
-    float32 (`exclude`d, or not a MatMul weight), in its float32 copy.
-
-    MatMuls named in `per_row` get their activation quantized per row (per token) instead of per
-    tensor: symmetric, `sx = max_k |X[..., k]| / 127` (shape (..., 1)), stored as uint8 with zero
-    point 128 so that ONNX Runtime's u8s8 integer kernel runs it,
-
-        Xq = Cast<uint8>(Round(X / sx) + 128) -> MatMulInteger(Xq, Wq, 128, 0) -> Cast -> Mul(sw) -> Mul(sx)
-
-    (not fused into MatMulIntegerToFloat, whose activation scale is per tensor)."""
+    float32 (`exclude`d, or not a MatMul weight), in its float32 copy."""
     import onnx
     from onnx import TensorProto, helper
 
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"activations={activations!r}: expected one of {ACTIVATIONS}")
+    per_token = activations == "per_token"
     model = onnx.load(str(src), load_external_data=False)
     graph, base = model.graph, src.parent
     inits = {t.name: t for t in graph.initializer}
     scale_rows, scale_cols = dict(scale_rows or {}), dict(scale_cols or {})
     for name in set(scale_rows) | set(scale_cols):
         t = inits.get(name)
-        if t is None or t.data_type != TensorProto.FLOAT or len(t.dims) != 2:
-            raise ValueError(f"cannot rescale {name!r}: not a 2-D float32 initializer of {src.name}")
+        if t is None or t.data_type != TensorProto.FLOAT or len(t.dims) not in (1, 2) or (len(t.dims) == 1 and name in scale_cols):
+            raise ValueError(f"cannot rescale {name!r}: not a 2-D (or, by rows, 1-D) float32 initializer of {src.name}")
 
     def read(name: str) -> np.ndarray:  # (K, N) float32, rescaled when asked
-        w = _read_weight(inits[name], base)
+        w = read_weight(inits[name], base)
         if name in scale_rows or name in scale_cols:
             w = scale_weight(w, scale_rows.get(name), scale_cols.get(name))
         return w
+
     uses: dict[str, int] = {}
     for node in graph.node:
         for name in node.input:
@@ -163,71 +312,24 @@ def quantize_matmuls(
         return w is not None and node.name not in exclude and w.data_type == TensorProto.FLOAT and len(w.dims) == 2
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
+    out = _QuantizedGraph(opset, fmt)
+    weight_levels = fmt.weight_levels if per_token else 127
     data_name = dst.name + ".data"
-    nodes, new_inits, dropped, activations, count = [], [], set(), {}, 0
-
-    def row_quantized(x: str) -> tuple[str, str, str]:  # per-row symmetric, uint8 around 128
-        names = (f"{x}_row_quantized", f"{x}_row_scale", "per_row_zero_point_128")
-        if (x, "row") in activations:
-            return activations[(x, "row")]
-        if not any(t.name == names[2] for t in new_inits):
-            new_inits.append(helper.make_tensor(names[2], TensorProto.UINT8, [], [128]))
-            new_inits.append(helper.make_tensor("per_row_inv_127", TensorProto.FLOAT, [], [1.0 / 127.0]))
-            new_inits.append(helper.make_tensor("per_row_tiny", TensorProto.FLOAT, [], [1e-30]))
-            new_inits.append(helper.make_tensor("per_row_128", TensorProto.FLOAT, [], [128.0]))
-            new_inits.append(helper.make_tensor("per_row_axes", TensorProto.INT64, [1], [-1]))
-        t = f"{x}_row"
-        reduce = (helper.make_node("ReduceMax", [f"{t}_abs", "per_row_axes"], [f"{t}_absmax"], f"{t}_reducemax", keepdims=1)
-                  if opset >= 18 else
-                  helper.make_node("ReduceMax", [f"{t}_abs"], [f"{t}_absmax"], f"{t}_reducemax", axes=[-1], keepdims=1))
-        nodes.extend([
-            helper.make_node("Abs", [x], [f"{t}_abs"], f"{t}_abs"),
-            reduce,
-            helper.make_node("Max", [f"{t}_absmax", "per_row_tiny"], [f"{t}_absmax_pos"], f"{t}_max"),
-            helper.make_node("Mul", [f"{t}_absmax_pos", "per_row_inv_127"], [names[1]], f"{t}_scale"),  # (..., 1)
-            helper.make_node("Div", [x, names[1]], [f"{t}_scaled"], f"{t}_div"),
-            helper.make_node("Round", [f"{t}_scaled"], [f"{t}_rounded"], f"{t}_round"),  # in [-127, 127]
-            helper.make_node("Add", [f"{t}_rounded", "per_row_128"], [f"{t}_shifted"], f"{t}_shift"),
-            helper.make_node("Cast", [f"{t}_shifted"], [names[0]], f"{t}_cast", to=TensorProto.UINT8),
-        ])
-        activations[(x, "row")] = names
-        return names
-
+    dropped, count = set(), 0
     with open(dst.parent / data_name, "wb") as f:
         writer = _DataWriter(f, data_name)
         for node in graph.node:
             if not quantizable(node):
-                nodes.append(node)
+                out.nodes.append(node)
                 continue
-            x, w_name, y = node.input[0], node.input[1], node.output[0]
-            wq, scale = quantize_weight_per_column(read(w_name))  # (K, N), (N,)
-            tag = node.name or y
-            if node.name in per_row:
-                xq, sx, zx = row_quantized(x)
-            else:
-                if x not in activations:  # q/k/v (and gate/up) share their input: quantize it once
-                    activations[x] = (f"{x}_quantized", f"{x}_scale", f"{x}_zero_point")
-                    nodes.append(helper.make_node("DynamicQuantizeLinear", [x], list(activations[x]), f"{x}_QuantizeLinear"))
-                xq, sx, zx = activations[x]
+            w_name = node.input[1]
+            wq, scale = quantize_weight_per_column(read(w_name), weight_levels)  # (K, N), (N,)
             wq_t = TensorProto(name=f"{w_name}_quantized", data_type=TensorProto.INT8, dims=wq.shape)
             writer.add_array(wq_t, wq)  # (K, N), straight to the data file
             zw_t = helper.make_tensor(f"{w_name}_zero_point", TensorProto.INT8, [wq.shape[1]], np.zeros(wq.shape[1], np.int8).tobytes(), raw=True)
             sw_t = helper.make_tensor(f"{w_name}_scale", TensorProto.FLOAT, [wq.shape[1]], scale.tobytes(), raw=True)
-            new_inits += [wq_t, zw_t, sw_t]
-            nodes += [
-                helper.make_node("MatMulInteger", [xq, wq_t.name, zx, zw_t.name], [f"{tag}_int32"], f"{tag}_quant"),
-                helper.make_node("Cast", [f"{tag}_int32"], [f"{tag}_float"], f"{tag}_cast", to=TensorProto.FLOAT),
-            ]
-            if node.name in per_row:  # sx is (..., 1): column scales first, then the row scales
-                nodes += [
-                    helper.make_node("Mul", [f"{tag}_float", sw_t.name], [f"{tag}_colscaled"], f"{tag}_rescale_cols"),
-                    helper.make_node("Mul", [f"{tag}_colscaled", sx], [y], f"{tag}_rescale"),
-                ]
-            else:
-                nodes += [
-                    helper.make_node("Mul", [sx, sw_t.name], [f"{tag}_scales"], f"{tag}_scales_mul"),
-                    helper.make_node("Mul", [f"{tag}_float", f"{tag}_scales"], [y], f"{tag}_rescale"),
-                ]
+            out.inits += [wq_t, zw_t, sw_t]
+            out.matmul(node, wq_t.name, sw_t.name, zw_t.name, per_token)
             uses[w_name] -= 1
             if uses[w_name] == 0:
                 dropped.add(w_name)
@@ -244,8 +346,8 @@ def quantize_matmuls(
             elif _external(t) is not None:
                 writer.copy_external(t, base)
     del graph.node[:]
-    graph.node.extend(nodes)
+    graph.node.extend(out.nodes)
     del graph.initializer[:]
-    graph.initializer.extend(kept + new_inits)
+    graph.initializer.extend(kept + out.inits)
     onnx.save(model, str(dst))
     return count

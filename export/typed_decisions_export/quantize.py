@@ -41,18 +41,21 @@ from __future__ import annotations
 import ast
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .errors import ExportError, QuantizationError
-from .int8_matmul import quantize_matmuls
+from typed_decisions.cpu import describe as cpu_describe
+
+from .layout import INT8_ONNX_FILE, make_logger, prepare_out_dir
+from .int8_matmul import ACTIVATIONS, TOKEN_FORMAT, quantize_matmuls, read_weight
 from .manifest import LM_HEAD_FILE, MANIFEST_FILE, file_hashes, read_manifest, write_manifest
-from .ort_backbone import OrtBackbone, candidate_logits, left_padded, restricted_softmax
+from .ort_backbone import OrtBackbone, candidate_logits, restricted_softmax
 from .tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE, candidate_ids, encode_prompt, render_chat
 
-INT8_ONNX_FILE = "model.int8.onnx"
 EXCLUDED_MODULES = ("down_proj",)  # module-name suffixes whose MatMuls stay float32
 THRESHOLD = {"max_abs_prob": 0.10, "decisive_flips": 0}
 # A flip counts against INT8 only when float32 preferred its answer by at least this much: with
@@ -77,7 +80,8 @@ CANDIDATE_TEXTS = ["A", "B", "C", "D", "E"]
 SMOOTH_TARGET, SMOOTH_SOURCE = "down_proj", "up_proj"
 SMOOTH_DEFAULT: float | None = 0.5  # alpha used when quantize_export is not told (None: no smoothing)
 SMOOTH_KEEP_FLOAT_DEFAULT = 0  # with smoothing: down_proj MatMuls left float32, largest inputs first
-SMOOTH_PER_TOKEN_DEFAULT = True  # with smoothing: quantize down_proj inputs per token (row), not per tensor
+SMOOTH_NORMS_DEFAULT = False  # with smoothing: also smooth the inputs after each RMSNorm (q/k/v, gate/up)
+LOAD_CHECK_PROBES = 2  # probes the runtime re-runs at load on a CPU class other than the one measured
 SMOOTH_CLIP = (1e-5, 1e5)
 # Calibration prompts for the smoothing vectors' activation maxima, rendered through the chat
 # template like the runtime's prompts (system rules, a state, a closed question). Deliberately not
@@ -211,6 +215,47 @@ def _smoothing_pairs(onnx_path: Path) -> tuple[list[dict[str, str]], dict[str, s
     return pairs, unmatched
 
 
+NORM_SUFFIXES = ("input_layernorm", "post_attention_layernorm")  # RMSNorms feeding q/k/v and gate/up
+
+
+def _norm_sites(onnx_path: Path) -> list[dict[str, Any]]:
+    """Where SmoothQuant folds into an RMSNorm's weight: the MatMuls reading `gamma * normalized`.
+
+    A site is a Mul of a 1-D float initializer gamma (read by that Mul alone) and another tensor,
+    whose output x is read only by MatMuls, each with its own 2-D float weight of x's width (q, k,
+    v after input_layernorm; gate, up after post_attention_layernorm). Dividing gamma by s and
+    multiplying every reader's weight rows by s leaves each product unchanged: x W = (x / s)(s W).
+    Each site: module (the norm), x, gamma, weights (names), nodes (MatMul names).
+    """
+    import onnx
+    from onnx import TensorProto
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    inits = {t.name: t for t in graph.initializer}
+    readers: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    outputs = {o.name for o in graph.output}
+    sites = []
+    for mul in graph.node:
+        if mul.op_type != "Mul" or len(mul.input) != 2:
+            continue
+        gammas = [i for i in mul.input if i in inits and len(inits[i].dims) == 1 and inits[i].data_type == TensorProto.FLOAT]
+        x = mul.output[0]
+        if len(gammas) != 1 or len(readers[gammas[0]]) != 1 or x in outputs:
+            continue
+        width = inits[gammas[0]].dims[0]
+        mms = readers.get(x, [])
+        weights = [inits.get(m.input[1]) if m.op_type == "MatMul" and m.input[0] == x else None for m in mms]
+        if not mms or any(w is None or w.data_type != TensorProto.FLOAT or len(w.dims) != 2 or w.dims[0] != width
+                          or len(readers[w.name]) != 1 for w in weights):
+            continue
+        sites.append({"module": _module(mul, NORM_SUFFIXES) or mul.name, "x": x, "gamma": gammas[0],
+                      "weights": [w.name for w in weights], "nodes": [m.name for m in mms]})
+    return sites
+
+
 def smoothing_vector(act_absmax: np.ndarray, weight_absmax: np.ndarray, alpha: float) -> np.ndarray:
     """SmoothQuant's per-channel s (K,): s_j = max|x_j|^alpha / max_n |W[j, n]|^(1 - alpha), clipped
     to SMOOTH_CLIP; channels with a zero maximum (dead activation or zero weight row) get 1.
@@ -264,17 +309,19 @@ def _activation_absmax(onnx_path: Path, tensors: list[str], prompts: list[list[i
 
 
 def _plan_smoothing(
-    src_onnx: Path, alpha: float, prompts: list[list[int]], keep_float: int, log=print
+    src_onnx: Path, alpha: float, prompts: list[list[int]], keep_float: int, log=print, norms: bool = False
 ) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
-    """(manifest record, scale_rows, scale_cols, down_proj nodes that stay float32)."""
-    import onnx
+    """(manifest record, scale_rows, scale_cols, down_proj nodes that stay float32).
 
-    from .int8_matmul import _read_weight
+    `norms`: also smooth the inputs of the MatMuls after each RMSNorm (_norm_sites), folding 1/s
+    into the norm's weight."""
+    import onnx
 
     pairs, unmatched = _smoothing_pairs(src_onnx)
     for module, why in unmatched.items():
         log(f"  {module} stays float32: {why}")
-    absmax = _activation_absmax(src_onnx, [p["x"] for p in pairs], prompts, log=log)
+    sites = _norm_sites(src_onnx) if norms else []
+    absmax = _activation_absmax(src_onnx, [p["x"] for p in pairs] + [t["x"] for t in sites], prompts, log=log)
     # Optionally leave the down_proj MatMuls with the largest input outliers float32 (unsmoothed).
     ranked = sorted(pairs, key=lambda p: -float(absmax[p["x"]].max()))
     kept_float = {p["down_module"] for p in ranked[:keep_float]}
@@ -285,11 +332,17 @@ def _plan_smoothing(
         if p["down_module"] in kept_float:
             float_nodes.append(p["down_node"])
             continue
-        w_absmax = np.abs(_read_weight(inits[p["down_weight"]], src_onnx.parent)).max(axis=1)  # (K,) rows
+        w_absmax = np.abs(read_weight(inits[p["down_weight"]], src_onnx.parent)).max(axis=1)  # (K,) rows
         s = smoothing_vector(absmax[p["x"]], w_absmax, alpha)
         scale_rows[p["down_weight"]] = s  # W_down[j, :] *= s_j
         scale_cols[p["up_weight"]] = 1.0 / s  # W_up[:, j] /= s_j  ->  x_j / s_j
         smoothed.append(p["down_module"])
+    for t in sites:
+        w_absmax = np.max([np.abs(read_weight(inits[w], src_onnx.parent)).max(axis=1) for w in t["weights"]], axis=0)  # (K,)
+        s = smoothing_vector(absmax[t["x"]], w_absmax, alpha)
+        for w in t["weights"]:
+            scale_rows[w] = s  # W[j, :] *= s_j
+        scale_rows[t["gamma"]] = 1.0 / s  # gamma_j /= s_j  ->  x_j / s_j
     record = {
         "method": "smoothquant",
         "alpha": alpha,
@@ -305,6 +358,7 @@ def _plan_smoothing(
         "kept_float_largest_absmax": sorted(kept_float, key=lambda m: [p["down_module"] for p in pairs].index(m)),
         "not_matched": unmatched,
         "activation_absmax": {p["down_module"]: round(float(absmax[p["x"]].max()), 3) for p in pairs},
+        "norms": [t["module"] for t in sites],
     }
     float_nodes += [n for n, m in zip(*_excluded_nodes(src_onnx)) if m in unmatched]
     return record, scale_rows, scale_cols, float_nodes
@@ -346,8 +400,16 @@ class _Probe:
         return np.concatenate([self.probs(ort.prefill(ids)[0][:, -1]) for ids in prompts])
 
     def batched(self, ort: OrtBackbone, prompts: list[list[int]]) -> np.ndarray:  # (N, K)
-        hidden, _ = ort.run(*left_padded(prompts, self.pad_id))
-        return self.probs(hidden[:, -1])
+        """All probes in one run, right-padded as the runtime batches rows (padding after each
+        row's tokens, so a row's keys keep their places)."""
+        width = max(len(p) for p in prompts)
+        ids = np.full((len(prompts), width), self.pad_id, np.int64)
+        mask = np.zeros((len(prompts), width), np.int64)
+        for row, p in enumerate(prompts):
+            ids[row, : len(p)], mask[row, : len(p)] = p, 1
+        hidden, _ = ort.run(ids, mask, np.tile(np.arange(width, dtype=np.int64), (len(prompts), 1)))
+        last = np.array([len(p) - 1 for p in prompts])
+        return self.probs(hidden[np.arange(len(prompts)), last])
 
     def cached(self, ort: OrtBackbone, prompts: list[list[int]], k: int = 3) -> np.ndarray:  # (N, K)
         rows = []
@@ -377,41 +439,92 @@ def _compare(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Int8Options:
+    """How quantize_export makes INT8 (each field documented in the module docstring).
+
+    smooth: SmoothQuant's alpha in [0, 1] for the MLP down_proj MatMuls, or None to keep them float32.
+    keep_float: with smoothing, keep the k down_proj MatMuls with the largest calibration inputs float32.
+    activations: "per_token" (row-independent, exact on every x86 CPU; the default) or "per_tensor"
+        (quantize_dynamic's pattern: depends on batch-mates and cache splits; kept for comparison).
+    smooth_norms: with smoothing, also smooth the q/k/v and gate/up inputs, folding 1/s into the
+        RMSNorm weights before them (_norm_sites).
+    """
+
+    smooth: float | None = SMOOTH_DEFAULT
+    keep_float: int = SMOOTH_KEEP_FLOAT_DEFAULT
+    activations: str = "per_token"
+    smooth_norms: bool = SMOOTH_NORMS_DEFAULT
+
+    def __post_init__(self) -> None:
+        if self.smooth is not None and not 0.0 <= self.smooth <= 1.0:
+            raise ExportError(f"smooth={self.smooth}: SmoothQuant's alpha must be in [0, 1]")
+        if self.keep_float < 0:
+            raise ExportError(f"keep_float={self.keep_float}: must be >= 0")
+        if (self.keep_float or self.smooth_norms) and self.smooth is None:
+            raise ExportError("keep_float / smooth_norms only apply with smoothing (without it every down_proj stays float32)")
+        if self.activations not in ACTIVATIONS:
+            raise ExportError(f"activations={self.activations!r}: expected one of {', '.join(ACTIVATIONS)}")
+
+
+def _plan(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any], log) -> tuple[dict[str, Any] | None, dict, dict, list[str], list[str]]:
+    """(smoothing record, scale_rows, scale_cols, MatMul nodes kept float32, their modules)."""
+    nodes, modules = _excluded_nodes(src_onnx)
+    if options.smooth is None:
+        return None, {}, {}, nodes, modules
+    t0 = time.perf_counter()
+    calib = [encode_prompt(tok, render_chat(tok, q, CALIBRATION_SYSTEM), facts["add_bos_token"]) for q in CALIBRATION]
+    log(f"SmoothQuant (alpha {options.smooth}): {SMOOTH_TARGET} input maxima on {len(calib)} calibration prompts ...")
+    smoothing, scale_rows, scale_cols, float_nodes = _plan_smoothing(src_onnx, options.smooth, calib, options.keep_float, log=log,
+                                                                     norms=options.smooth_norms)
+    smoothing["seconds"] = round(time.perf_counter() - t0, 2)  # calibration included
+    keep = set(float_nodes)
+    log(f"smoothed {len(smoothing['smoothed'])} {SMOOTH_TARGET} inputs")
+    return smoothing, scale_rows, scale_cols, [n for n in nodes if n in keep], [m for n, m in zip(nodes, modules) if n in keep]
+
+
+def _measure(probe: _Probe, prompts: list[list[int]], src_onnx: Path, out_onnx: Path) -> dict[str, Any]:
+    """Drift of INT8 against float32 on the probes, and each graph's dependence on batching and on
+    cache splits (a probe alone vs left-padded in one batch vs a prefix step + 3 cached tokens)."""
+    tables = {}
+    for dtype, path in (("float32", src_onnx), ("int8", out_onnx)):
+        ort = OrtBackbone(path)  # one session at a time: the float32 one holds the whole model
+        tables[dtype] = (probe.alone(ort, prompts), probe.batched(ort, prompts), probe.cached(ort, prompts))
+        del ort
+    (p32, b32, c32), (p8, b8, c8) = tables["float32"], tables["int8"]  # each (probes, candidates)
+    return {
+        "drift": _compare(p32, p8) | {"probes": len(prompts), "candidates": len(probe.cands)},
+        "batch_dependence": {"int8": _compare(p8, b8), "float32": _compare(p32, b32)},
+        "cache_dependence": {"int8": _compare(p8, c8), "float32": _compare(p32, c32)},
+        "probabilities": {"float32": np.round(p32, 4).tolist(), "int8": np.round(p8, 4).tolist()},
+        "p8": p8,
+    }
+
+
+def _load_check(prompts: list[list[int]], cands: list[int], p8: np.ndarray, k: int = LOAD_CHECK_PROBES) -> dict[str, Any]:
+    """What the runtime re-runs at load on a CPU of another class than the one measured here: the
+    first k probes' token ids, the candidate ids and INT8's probabilities (runtime engine.py)."""
+    return {"input_ids": [list(map(int, p)) for p in prompts[:k]], "candidates": list(map(int, cands)),
+            "probabilities": [[float(x) for x in row] for row in p8[:k]], "cpu": cpu_describe()}
+
+
 def quantize_export(
     src_dir: Path,
     out_dir: Path | None = None,
+    options: Int8Options | None = None,
     *,
     force: bool = False,
     progress: bool = True,
-    smooth: float | None = SMOOTH_DEFAULT,
-    keep_float: int | None = None,
-    per_token: bool | None = None,
 ) -> dict[str, Any]:
     """Make an INT8 export from a finished float32 export; returns (and writes) its manifest.
 
     `out_dir` defaults to `src_dir` (in place: the float32 model files are replaced). No torch is
     needed: this works on the exported files alone. Raises QuantizationError above THRESHOLD
-    unless `force`, leaving the float32 export (src_dir) untouched and usable.
-
-    `smooth=alpha` (0..1, SmoothQuant's migration strength; default SMOOTH_DEFAULT) quantizes the MLP
-    down_proj MatMuls too, after folding smoothing vectors calibrated on CALIBRATION into the
-    up_proj and down_proj weights; `None` keeps every down_proj float32. With smoothing,
-    `keep_float=k` (default SMOOTH_KEEP_FLOAT_DEFAULT) still keeps the k down_proj MatMuls with
-    the largest calibration input maximum float32 (and unsmoothed), and `per_token` (default
-    SMOOTH_PER_TOKEN_DEFAULT) quantizes the smoothed down_proj inputs with one scale per token
-    (row) instead of one per tensor.
+    unless `force`, leaving the float32 export (src_dir) untouched and usable. `options`
+    (Int8Options) chooses smoothing and the activation scheme; the defaults are the measured best.
     """
-    from .export import make_logger, prepare_out_dir
-
+    options = options or Int8Options()
     log = make_logger(progress)
-    if smooth is not None and not 0.0 <= smooth <= 1.0:
-        raise ExportError(f"smooth={smooth}: SmoothQuant's alpha must be in [0, 1]")
-    if (keep_float or per_token is not None) and smooth is None:
-        raise ExportError("keep_float / per_token only apply with smoothing (without it every down_proj stays float32)")
-    per_token = SMOOTH_PER_TOKEN_DEFAULT if per_token is None else bool(per_token)
-    keep_float = SMOOTH_KEEP_FLOAT_DEFAULT if keep_float is None else keep_float
-    if keep_float < 0:
-        raise ExportError(f"keep_float={keep_float}: must be >= 0")
     src_dir = Path(src_dir)
     out_dir = Path(out_dir) if out_dir is not None else src_dir
     in_place = out_dir.resolve() == src_dir.resolve()
@@ -433,40 +546,24 @@ def quantize_export(
     prompts = [encode_prompt(tok, render_chat(tok, q, PROBE_SYSTEM), facts["add_bos_token"]) for q in PROBES]
 
     t0 = time.perf_counter()
-    nodes, modules = _excluded_nodes(src_onnx)
-    smoothing, scale_rows, scale_cols, per_row = None, {}, {}, set()
-    if smooth is not None:
-        calib = [encode_prompt(tok, render_chat(tok, q, CALIBRATION_SYSTEM), facts["add_bos_token"]) for q in CALIBRATION]
-        log(f"SmoothQuant (alpha {smooth}): {SMOOTH_TARGET} input maxima on {len(calib)} calibration prompts ...")
-        smoothing, scale_rows, scale_cols, float_nodes = _plan_smoothing(src_onnx, smooth, calib, keep_float, log=log)
-        smoothing["activations"] = "per_token" if per_token else "per_tensor"
-        smoothing["seconds"] = round(time.perf_counter() - t0, 2)  # calibration included
-        per_row = {n for n in nodes if n not in set(float_nodes)} if per_token else set()
-        modules = [m for n, m in zip(nodes, modules) if n in set(float_nodes)]
-        nodes = [n for n in nodes if n in set(float_nodes)]
-        log(f"smoothed {len(smoothing['smoothed'])} {SMOOTH_TARGET} inputs")
-    log(f"quantizing MatMul weights to int8 per channel, keeping {len(nodes)} {SMOOTH_TARGET} MatMuls float32 ...")
-    count = quantize_matmuls(
-        src_onnx, out_onnx, exclude=set(nodes), scale_rows=scale_rows, scale_cols=scale_cols, per_row=per_row, log=log
-    )
+    smoothing, scale_rows, scale_cols, nodes, modules = _plan(src_onnx, options, tok, facts, log)
+    if smoothing is not None:
+        smoothing["activations"] = options.activations
+    log(f"quantizing MatMul weights to int8 per channel ({options.activations} activations), keeping {len(nodes)} "
+        f"{SMOOTH_TARGET} MatMuls float32 ...")
+    count = quantize_matmuls(src_onnx, out_onnx, exclude=set(nodes), scale_rows=scale_rows, scale_cols=scale_cols,
+                             activations=options.activations, log=log)
     quant_seconds = time.perf_counter() - t0
     log(f"quantized {count} MatMuls in {quant_seconds:.1f} s; measuring drift on {len(PROBES)} probes ...")
     pad_id = facts["pad_token_id"] if facts["pad_token_id"] is not None else 0
     probe = _Probe(lm_head, cands, arch, pad_id)
-    tables = {}
-    for dtype, path in (("float32", src_onnx), ("int8", out_onnx)):
-        ort = OrtBackbone(path)  # one session at a time: the float32 one holds the whole model
-        tables[dtype] = (probe.alone(ort, prompts), probe.batched(ort, prompts), probe.cached(ort, prompts))
-        del ort
-    (p32, b32, c32), (p8, b8, c8) = tables["float32"], tables["int8"]  # each (probes, candidates)
-    drift = _compare(p32, p8) | {"probes": len(prompts), "candidates": len(cands)}
-    batch_dep = {"int8": _compare(p8, b8), "float32": _compare(p32, b32)}
-    cache_dep = {"int8": _compare(p8, c8), "float32": _compare(p32, c32)}
+    m = _measure(probe, prompts, src_onnx, out_onnx)
+    drift = m["drift"]
     passed = drift["max_abs_prob"] <= THRESHOLD["max_abs_prob"] and drift["decisive_flips"] <= THRESHOLD["decisive_flips"]
     log(
         f"int8 drift: max |dp| {drift['max_abs_prob']:.4f}, {drift['top1_flips']}/{len(prompts)} top-1 flips "
-        f"({drift['decisive_flips']} decisive); "
-        f"batch dependence {batch_dep['int8']['max_abs_prob']:.4f}, cache dependence {cache_dep['int8']['max_abs_prob']:.4f}"
+        f"({drift['decisive_flips']} decisive); batch dependence {m['batch_dependence']['int8']['max_abs_prob']:.2g}, "
+        f"cache dependence {m['cache_dependence']['int8']['max_abs_prob']:.2g} (CPU class {cpu_describe()['class']})"
     )
     if not passed and not force:
         if in_place:
@@ -480,24 +577,29 @@ def quantize_export(
             f"{src_dir} keeps its float32 export. Use force=True (--force) to keep INT8 anyway."
         )
 
+    per_token = options.activations == "per_token"
     quantization = {
         "method": "dynamic-int8",
         "per_channel": True,
         "weight_type": "int8",
+        "activations": options.activations,
+        "row_independent": per_token,  # the runtime batches rows only when this is true
+        "integer_format": TOKEN_FORMAT.describe() if per_token else {
+            "activations": "per tensor, asymmetric uint8 (DynamicQuantizeLinear)", "weights": "per output column, int8",
+            "pair_bound": 2 * 255 * 127, "exact_without_vnni": False},
         "op_types": ["MatMul"],
         "quantized": count,
         "excluded": modules,
         "smoothing": smoothing,
         "drift": drift,
         "threshold": dict(THRESHOLD, decisive_margin=DECISIVE_MARGIN),
-        "probabilities": {  # (probes, candidates) restricted softmax, for judging flips by eye
-            "float32": np.round(p32, 4).tolist(),
-            "int8": np.round(p8, 4).tolist(),
-        },
+        "probabilities": m["probabilities"],  # (probes, candidates) restricted softmax, for judging flips by eye
         "passed": passed,
         "forced": bool(force and not passed),
-        "batch_dependence": batch_dep,
-        "cache_dependence": cache_dep,
+        "batch_dependence": m["batch_dependence"],
+        "cache_dependence": m["cache_dependence"],
+        "cpu": cpu_describe(),  # where the drift above was measured
+        "load_check": _load_check(prompts, cands, m["p8"]),
         "seconds": round(quant_seconds, 2),
         "source_onnx_sha256": manifest["files"].get(manifest["onnx_file"]),
     }

@@ -18,14 +18,9 @@ from typed_decisions_export.cli import main
 
 
 @pytest.fixture(scope="session")
-def smollm2_int8(smollm2_export):
-    """SmolLM2 quantized from its cached float32 export, with force (the drift is what we test);
-    cached on disk like the float32 export."""
-    from export_cache import cached_export
-
-    src, _ = smollm2_export
-    out = cached_export("smollm2-135m-int8", lambda work: quantize_export(src, work, force=True, progress=False))
-    return out, json.loads((out / "manifest.json").read_text())
+def smollm2_int8(tiny_int8_model_dir):
+    """SmolLM2 quantized from its cached float32 export, with force (the drift is what we test)."""
+    return tiny_int8_model_dir, json.loads((tiny_int8_model_dir / "manifest.json").read_text())
 
 
 def test_smollm2_int8_drift_is_measured_and_judged(smollm2_int8):
@@ -105,8 +100,9 @@ def test_cli_int8_in_place_with_force(tiny_folders, tmp_path, capsys):
 
 
 def test_streaming_quantizer_equals_onnxruntime_quantize_dynamic(smollm2_export, tmp_path):
-    """Oracle: int8_matmul writes the graph quantize_dynamic writes (per-channel, MatMul weights,
-    down_proj excluded), so ONNX Runtime computes identical probabilities from both."""
+    """Oracle: with per-tensor activations, int8_matmul writes the graph quantize_dynamic writes
+    (per-channel, MatMul weights, down_proj excluded), so ONNX Runtime computes identical hidden
+    states from both."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from typed_decisions_export.int8_matmul import quantize_matmuls
@@ -114,7 +110,8 @@ def test_streaming_quantizer_equals_onnxruntime_quantize_dynamic(smollm2_export,
 
     src, manifest = smollm2_export
     nodes, _ = quantize_mod._excluded_nodes(src / "model.onnx")
-    assert quantize_matmuls(src / "model.onnx", tmp_path / "mine.onnx", exclude=set(nodes), log=lambda m: None) == 180  # 30 layers x 6
+    assert quantize_matmuls(src / "model.onnx", tmp_path / "mine.onnx", exclude=set(nodes), activations="per_tensor",
+                            log=lambda m: None) == 180  # 30 layers x 6
     quantize_dynamic(
         src / "model.onnx", tmp_path / "ort.onnx", op_types_to_quantize=["MatMul"], per_channel=True,
         weight_type=QuantType.QInt8, nodes_to_exclude=nodes, use_external_data_format=True,

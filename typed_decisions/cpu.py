@@ -1,0 +1,91 @@
+"""The CPU this process runs on: its integer-kernel class and how many cores it may use.
+
+ONNX Runtime's integer kernels (MLAS) pick their instructions from the CPU at run time:
+
+- ``avx2``: u8·s8 products summed pairwise into a *saturating* int16 (VPMADDUBSW), so full 8-bit
+  activations times 8-bit weights can be silently wrong; INT8 is about as fast as float32.
+- ``avx512-vnni`` (and AVX-VNNI): VPDPBUSD accumulates in int32, exact; INT8 ~3-4x float32.
+- ``amx``: AMX tiles, exact; INT8 several times float32.
+
+The INT8 exports of this project store 7-bit activations and 8-bit weights, a range that cannot
+saturate, so every class computes the same integers (export/…/int8_matmul.py, IntegerFormat); the
+class is still recorded in the manifest and checked at load (engine.py), because speed differs and
+the float32 parts of the graph may round differently.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+CLASSES = ("amx", "avx512-vnni", "avx2", "other")
+
+
+def cpu_flags() -> set[str]:
+    """ISA flags from /proc/cpuinfo (Linux); empty where that is not available."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_class(flags: set[str] | None = None) -> str:
+    """The integer-kernel class of a CPU with these ISA flags (default: this CPU).
+
+    >>> cpu_class({"avx2", "fma"}), cpu_class({"avx2", "avx512f", "avx512_vnni"}), cpu_class({"amx_int8", "avx2"})
+    ('avx2', 'avx512-vnni', 'amx')
+    >>> cpu_class({"avx2", "avx_vnni"})
+    'avx512-vnni'
+    """
+    flags = cpu_flags() if flags is None else flags
+    if "amx_int8" in flags:
+        return "amx"
+    if "avx512_vnni" in flags or "avx_vnni" in flags:
+        return "avx512-vnni"
+    if "avx2" in flags:
+        return "avx2"
+    return "other"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe() -> dict[str, object]:
+    """What a manifest records about the CPU a measurement ran on."""
+    flags = cpu_flags()
+    keep = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "amx_tile")
+    return {"class": cpu_class(flags), "model": cpu_model(), "flags": sorted(f for f in keep if f in flags)}
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota.
+
+    ``os.cpu_count()`` counts the machine's cores; a container limited to 2 of 64 would start 64
+    ONNX Runtime threads and oversubscribe.
+    """
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+__all__ = ["CLASSES", "cpu_class", "cpu_flags", "cpu_model", "describe", "usable_cores"]
