@@ -72,3 +72,28 @@ def tiny_torch(tiny_gguf):
     model = AutoModelForCausalLM.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name,
                                                  dtype=torch.float32)
     return model.eval()
+
+
+def _int8_export(tiny_model_dir, key: str, activations: str):
+    from export_cache import cached_export
+
+    def build(work):
+        from typed_decisions_export import Int8Options, quantize_export
+
+        quantize_export(tiny_model_dir, work, Int8Options(activations=activations), force=True, progress=False)
+
+    return cached_export(key, build)
+
+
+@pytest.fixture(scope="session")
+def tiny_int8_model_dir(tiny_model_dir):
+    """The tiny real model quantized to INT8 the default way (per-token activations), from its
+    cached float32 export; cached on disk like it (forced: the drift is judged elsewhere)."""
+    return _int8_export(tiny_model_dir, "smollm2-135m-int8", "per_token")
+
+
+@pytest.fixture(scope="session")
+def tiny_int8_per_tensor_dir(tiny_model_dir):
+    """The same with per-tensor activation scales (quantize_dynamic's pattern): the documented
+    negative, whose answers depend on batch-mates and cache splits."""
+    return _int8_export(tiny_model_dir, "smollm2-135m-int8-per-tensor", "per_tensor")

@@ -54,7 +54,7 @@ def _decide_parser() -> argparse.ArgumentParser:
                    help="label mode (default 'auto': names for choice, letters for score)")
     p.add_argument("--confidence", choices=["typesafe", "bonsai", "entropy"], default="typesafe")
     p.add_argument("--calibration", type=Path, default=None, help="calibration file to apply")
-    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads (default: the cores this process may use)")
     p.add_argument("--explain", action="store_true",
                    help="print prompts, token ids of the prefix and label paths, raw logits per trie node")
     return p

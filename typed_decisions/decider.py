@@ -74,16 +74,24 @@ class Decider:
             read out by their names) or ``"letters"``.
         confidence: ``"typesafe"`` (default, the hosted API's formula), ``"bonsai"`` or ``"entropy"``.
         calibration: a calibration file (or its path); off by default, and visible on answers.
-        threads: ONNX Runtime intra-op threads (default: all cores).
+        threads: ONNX Runtime intra-op threads (default: the cores this process may use:
+            its CPU affinity, capped by a cgroup CPU quota).
         cache_bytes: budget of the cross-request prefix cache (0 disables it).
         max_tokens: refuse prompts longer than this (default: the model's context length).
+        max_batch_rows: rows per ONNX Runtime run (default 32; 1 for exports whose rows are not
+            independent: per-tensor INT8, sliding-window attention).
+        max_call_kv_bytes: KV-cache bytes one call may hold (each distinct token's KV once; the
+            batch in flight adds at most 1 GiB more); a call that needs more is refused.
+        cpu_check: for INT8 exports, check at load that this CPU computes what the export measured
+            (typed_decisions.quantized); refuses or warns. Off only for studies.
     """
 
     def __init__(self, artifacts: Artifacts, *, label_mode: LabelMode = "auto",
                  confidence: ConfidenceKind = reducers.DEFAULT_CONFIDENCE,
                  calibration: CalibrationFile | str | Path | None = None, threads: int | None = None,
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
-                 max_tokens: int | None = None, max_batch_rows: int | None = None):
+                 max_tokens: int | None = None, max_batch_rows: int | None = None,
+                 max_call_kv_bytes: int = 4 << 30, cpu_check: bool = True):
         self.artifacts = artifacts
         self.name = artifacts.name
         self.label_mode: LabelMode = label_mode
@@ -93,7 +101,8 @@ class Decider:
         limit = max_tokens or artifacts.architecture.max_position_embeddings
         self.compiler = Compiler(self.tokenizer, self.template, max_tokens=limit)
         self.engine = Engine(artifacts, threads=threads, providers=providers, cache_bytes=cache_bytes,
-                             max_batch_rows=max_batch_rows)
+                             max_batch_rows=max_batch_rows, max_call_kv_bytes=max_call_kv_bytes,
+                             cpu_check=cpu_check)
         if isinstance(calibration, (str, Path)):
             calibration = CalibrationFile.load(calibration)
         self.calibration: CalibrationFile | None = calibration
@@ -181,6 +190,7 @@ class Decider:
               use_cache: bool) -> list[list[Readout]]:
         contexts: list[tuple[int, ...]] = []
         allowed: list[tuple[int, ...]] = []
+        points: list[tuple[int, ...]] = []  # each context's cache checkpoints (its request's)
         where: list[tuple[int, int, tuple[int, ...]]] = []  # (request, question, trie node)
         tries: list[list[LabelTrie]] = []
         for ri, comp in enumerate(compiled):
@@ -193,8 +203,8 @@ class Decider:
                         continue  # a single child has probability 1: no readout needed
                     contexts.append(comp.prefix_ids + q.suffix_ids + u)
                     allowed.append(kids)
+                    points.append(comp.checkpoints)
                     where.append((ri, qi, u))
-        points = compiled[0].checkpoints if len(compiled) == 1 else ()
         logits = self.engine.next_token_logits(contexts, allowed, cache_points=points,
                                                use_cache=use_cache, share_prefixes=share_prefixes)
         node_logits: list[list[dict[tuple[int, ...], np.ndarray]]] = [

@@ -9,20 +9,23 @@ computed as ``last_hidden_state[last] @ lm_head[allowed].T`` — never the full 
 
 Work is shared in two ways:
 - **within a call**, the contexts are arranged in a radix tree (a compressed token trie). Each
-  edge (a run of tokens) is computed once, on top of its parent's KV cache; all edges of one depth
-  are batched into one ``session.run`` (right-padded, positions continuing from each row's past,
-  masked gaps). For a request that is: one prefill of the shared state prefix, one batched step for
-  all question suffixes, one batched step for all multi-token label branches.
+  edge (a run of tokens) is computed once, on top of its parent's KV cache; all edges whose parents
+  are ready are batched into one ``session.run`` (right-padded, positions continuing from each
+  row's past). For a request that is: one prefill of the shared state prefix, one batched step for
+  all question suffixes, one batched step for all multi-token label branches. Each node keeps only
+  the KV of its own edge (a compact segment); a row's past is the concatenation of its path's
+  segments, so a call holds each distinct token's KV once.
 - **across calls**, KV caches of prefixes (the system prompt, a recently seen state) sit in an LRU
-  cache with a byte budget; a call starts from the longest cached prefix of its root.
+  cache with a byte budget. Every request's checkpoints are nodes of the tree, looked up and stored
+  per request, so a state seen before is reused whether it comes alone or in a batch.
 
-Dynamic INT8 models quantize activations with a per-tensor scale computed per ``run``: batching
-rows together would make one row's answer depend on its neighbours, so quantized models run one
-row per call (``max_batch_rows=1``) and results stay independent of how requests are batched.
-(They still depend on where a cached prefix ends — the scales of a prefix step differ from those
-of a full prefill — by up to 0.06–0.09 in probability on the 1.5B model; see docs/export.md.)
-Sliding-window models run one row per call too: their window counts cache slots, which padding
-would shift.
+Rows of one run are independent: every operation of the graph is per token except attention, which
+reads only the row's own past (masked padding adds exact zeros). INT8 exports quantize activations
+with one scale per token (export/…/int8_matmul.py), so a row's answer does not depend on its
+batch-mates or on where a cached prefix ends either; tests hold float32 and INT8 to 1e-5 alone vs
+batched vs cached. Two kinds of export still run one row per call (``rows_independent``): INT8
+exports made with per-tensor activation scales (before per-token quantization), and sliding-window
+models, whose window counts cache slots, which padding would shift.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ import numpy as np
 import onnxruntime as ort
 
 from .artifacts import Artifacts
+from .cpu import usable_cores
 from .errors import EngineError
+from .quantized import check_cpu, rows_independent
 
 _PAST_RE = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 
@@ -63,96 +68,148 @@ class KVRows:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.values) + self.mask.nbytes
 
-    def row(self, b: int) -> KVRows:
-        return KVRows([k[b : b + 1] for k in self.keys], [v[b : b + 1] for v in self.values],
-                      self.mask[b : b + 1], self.next_pos[b : b + 1])
-
-    def prefix(self, n: int) -> KVRows:
-        """The first n positions of a single, unpadded row (a cache checkpoint), copied."""
-        return KVRows([np.ascontiguousarray(k[:, :, :n]) for k in self.keys],
-                      [np.ascontiguousarray(v[:, :, :n]) for v in self.values],
-                      self.mask[:, :n].copy(), np.array([n], dtype=np.int64))
+    def slice(self, b: int, start: int, stop: int) -> KVRows:
+        """Positions [start, stop) of row b as a compact single row (a copy: holds nothing else alive)."""
+        n = stop - start
+        return KVRows([np.ascontiguousarray(k[b : b + 1, :, start:stop]) for k in self.keys],
+                      [np.ascontiguousarray(v[b : b + 1, :, start:stop]) for v in self.values],
+                      np.ones((1, n), np.int64), np.array([stop], np.int64))
 
 
-def stack_rows(rows: Sequence[KVRows], dtype: np.dtype) -> KVRows:
-    """Stack single rows of different lengths, right-padding with masked zeros."""
-    t = max(r.length for r in rows)
-    n_layers = len(rows[0].keys)
-    _, h, _, d = rows[0].keys[0].shape
-    keys = [np.zeros((len(rows), h, t, d), dtype) for _ in range(n_layers)]
-    values = [np.zeros((len(rows), h, t, d), dtype) for _ in range(n_layers)]
-    mask = np.zeros((len(rows), t), np.int64)
-    for b, r in enumerate(rows):
-        n = r.length
-        for i in range(n_layers):
-            keys[i][b, :, :n] = r.keys[i][0]
-            values[i][b, :, :n] = r.values[i][0]
-        mask[b, :n] = r.mask[0]
-    return KVRows(keys, values, mask, np.concatenate([r.next_pos for r in rows]))
+def stack_paths(paths: Sequence[Sequence[KVRows]], dtype: np.dtype) -> KVRows:
+    """One batch of rows, row b the concatenation of the segments ``paths[b]`` (oldest first, each
+    a compact single row), right-padded with masked zeros to the longest row.
+
+    >>> seg = lambda n: KVRows([np.ones((1, 1, n, 2))], [np.ones((1, 1, n, 2))], np.ones((1, n), np.int64), np.array([n]))
+    >>> kv = stack_paths([[seg(2), seg(1)], [seg(1)]], np.dtype(np.float64))
+    >>> kv.keys[0].shape, kv.mask.tolist(), kv.next_pos.tolist()
+    ((2, 1, 3, 2), [[1, 1, 1], [1, 0, 0]], [3, 1])
+    """
+    lengths = [sum(s.length for s in path) for path in paths]
+    t = max(lengths)
+    ref = next(s for path in paths for s in path)
+    n_layers = len(ref.keys)
+    _, h, _, d = ref.keys[0].shape
+    keys = [np.zeros((len(paths), h, t, d), dtype) for _ in range(n_layers)]
+    values = [np.zeros((len(paths), h, t, d), dtype) for _ in range(n_layers)]
+    mask = np.zeros((len(paths), t), np.int64)
+    for b, path in enumerate(paths):
+        at = 0
+        for seg in path:
+            n = seg.length
+            for i in range(n_layers):
+                keys[i][b, :, at : at + n] = seg.keys[i][0]
+                values[i][b, :, at : at + n] = seg.values[i][0]
+            at += n
+        mask[b, :at] = 1
+    return KVRows(keys, values, mask, np.array(lengths, np.int64))
 
 
 # --------------------------------------------------------------------------- radix tree
 
 
-@dataclass
+@dataclass(eq=False)
 class _Node:
     tokens: tuple[int, ...]                 # the edge from the parent
     parent: _Node | None
     children: dict[int, _Node] = field(default_factory=dict)
     queries: list[int] = field(default_factory=list)  # indices of contexts ending here
-    depth: int = 0
-    kv: KVRows | None = None                 # this node's single-row cache, once computed
+    checkpoint: bool = False                 # the prefix ending here is worth caching across calls
+    # Filled in by the engine:
+    kv: KVRows | None = None                 # KV of this edge's tokens only (or, cached, from position 0)
+    kv_from_start: bool = False              # kv covers the whole prefix (restored from the cache)
     hidden: np.ndarray | None = None         # last-position hidden state, once computed
 
+    @property
+    def start(self) -> int:
+        """Position of this edge's first token."""
+        n, node = 0, self.parent
+        while node is not None:
+            n += len(node.tokens)
+            node = node.parent
+        return n
 
-def build_radix_tree(contexts: Sequence[Sequence[int]]) -> _Node:
-    """Compressed trie of the contexts; the root's edge is their longest common prefix.
+    def prefix(self) -> tuple[int, ...]:
+        """Every token from the root to the end of this edge."""
+        parts, node = [], self
+        while node is not None:
+            parts.append(node.tokens)
+            node = node.parent
+        return tuple(t for part in reversed(parts) for t in part)
+
+    def path_kv(self) -> list[KVRows]:
+        """Segments whose concatenation is the KV of this node's whole prefix (oldest first)."""
+        segs, node = [], self
+        while node is not None and node.tokens:
+            assert node.kv is not None, "a node's ancestors must be computed or cached first"
+            segs.append(node.kv)
+            if node.kv_from_start:
+                break
+            node = node.parent
+        return segs[::-1]
+
+
+def _split(node: _Node, n: int) -> _Node:
+    """Split ``node``'s edge after n tokens; returns the new upper node (the old one keeps the tail)."""
+    upper = _Node(node.tokens[:n], node.parent)
+    if node.parent is not None:
+        node.parent.children[node.tokens[0]] = upper
+    node.tokens = node.tokens[n:]
+    node.parent = upper
+    upper.children[node.tokens[0]] = node
+    return upper
+
+
+def build_radix_tree(contexts: Sequence[Sequence[int]],
+                     checkpoints: Sequence[Sequence[int]] = ()) -> _Node:
+    """Compressed trie of the contexts under an empty root: contexts sharing a prefix share the
+    nodes of that prefix (a request's state is one node, its questions' suffixes its children).
+
+    ``checkpoints[i]`` are prefix lengths of context i worth caching: each becomes a node
+    boundary (an edge is split there) marked ``checkpoint``.
 
     >>> root = build_radix_tree([(1, 2, 3), (1, 2, 4, 5), (1, 2, 4, 6)])
-    >>> root.tokens, sorted(c.tokens for c in root.children.values())
+    >>> (shared,) = root.children.values()
+    >>> shared.tokens, sorted(c.tokens for c in shared.children.values())
     ((1, 2), [(3,), (4,)])
+    >>> root = build_radix_tree([(1, 2, 3), (1, 2, 4)], checkpoints=[(1,), (1,)])
+    >>> (head,) = root.children.values()
+    >>> head.tokens, head.checkpoint, [c.tokens for c in head.children.values()]
+    ((1,), True, [(2,)])
     """
-    def insert(node: _Node, ctx: tuple[int, ...], q: int) -> None:
+    root = _Node((), None)
+    for q, ctx in enumerate(contexts):
+        node, ctx = root, tuple(ctx)
         while True:
             if not ctx:
                 node.queries.append(q)
-                return
+                break
             child = node.children.get(ctx[0])
             if child is None:
-                node.children[ctx[0]] = _Node(ctx, node)
-                node.children[ctx[0]].queries.append(q)
-                return
-            n = 0
-            limit = min(len(child.tokens), len(ctx))
+                node.children[ctx[0]] = _Node(ctx, node, queries=[q])
+                break
+            n, limit = 0, min(len(child.tokens), len(ctx))
             while n < limit and child.tokens[n] == ctx[n]:
                 n += 1
-            if n < len(child.tokens):  # split the edge at n
-                mid = _Node(child.tokens[:n], node)
-                node.children[ctx[0]] = mid
-                child.tokens = child.tokens[n:]
-                child.parent = mid
-                mid.children[child.tokens[0]] = child
-                child = mid
+            if n < len(child.tokens):
+                child = _split(child, n)
             node, ctx = child, ctx[n:]
-
-    root = _Node((), None)
-    for q, c in enumerate(contexts):
-        insert(root, tuple(c), q)
-    # The root's edge is the longest common prefix: absorb a lone child of an empty root.
-    while len(root.children) == 1 and not root.queries:
-        (child,) = root.children.values()
-        root.tokens += child.tokens
-        root.children, root.queries = child.children, child.queries
-        for grandchild in root.children.values():
-            grandchild.parent = root
-
-    def set_depth(node: _Node) -> None:
-        for child in node.children.values():
-            child.depth = node.depth + 1
-            set_depth(child)
-
-    set_depth(root)
+    for ctx, points in zip(contexts, checkpoints):
+        for p in points:
+            if 0 < p <= len(ctx):
+                _mark(root, tuple(ctx), p)
     return root
+
+
+def _mark(root: _Node, ctx: tuple[int, ...], p: int) -> None:
+    """Make position p of ``ctx`` a node boundary and mark that node a checkpoint."""
+    node, end = root, 0
+    while end < p:
+        node = node.children[ctx[end]]
+        end += len(node.tokens)
+    if end > p:  # p falls inside this edge: split it
+        node = _split(node, len(node.tokens) - (end - p))
+    node.checkpoint = True
 
 
 # --------------------------------------------------------------------------- backbone
@@ -164,7 +221,7 @@ class Backbone:
     def __init__(self, artifacts: Artifacts, *, threads: int | None = None,
                  providers: Sequence[str] | None = None):
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or os.cpu_count() or 1
+        opts.intra_op_num_threads = threads or usable_cores()
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         available = ort.get_available_providers()
@@ -239,30 +296,48 @@ class EngineStats:
 
 
 class Engine:
-    """Thread-safe shell around the backbone, the LM-head rows and the prefix cache."""
+    """Thread-safe shell around the backbone, the LM-head rows and the prefix cache.
+
+    Memory of one call: the KV of each distinct token of the call once (compact per-node segments,
+    at most ``max_call_kv_bytes``, refused above) plus one batch in flight (stacked past + present,
+    at most ``max_batch_kv_bytes``); prompts longer than ``prefill_chunk`` tokens are prefilled in
+    chunks of that size.
+    """
 
     def __init__(self, artifacts: Artifacts, *, threads: int | None = None,
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
                  max_batch_rows: int | None = None, max_batch_tokens: int = 8192,
-                 max_batch_kv_bytes: int = 1 << 30):
+                 max_batch_kv_bytes: int = 1 << 30, max_call_kv_bytes: int = 4 << 30,
+                 prefill_chunk: int = 2048, cpu_check: bool = True):
         self.artifacts = artifacts
         self.backbone = Backbone(artifacts, threads=threads, providers=providers)
         self.lm_head = artifacts.lm_head                       # (vocab, H) memory-mapped
         arch = artifacts.architecture
         self.logit_scale = float(arch.logit_scale or 1.0)
         self.softcap = arch.final_logit_softcapping
-        # One row per run where batching would change a row's result: dynamic INT8 (per-run
-        # activation scales) and sliding-window attention (the window counts cache slots, so the
-        # padding slots of a batched row would shift it).
-        exact_alone = artifacts.quantization is not None or bool(arch.sliding_window)
-        self.max_batch_rows = max_batch_rows or (1 if exact_alone else 32)
+        self.max_batch_rows = max_batch_rows or (32 if rows_independent(artifacts) else 1)
+        # INT8 rows batch only with rows whose past has the same length. A row after a shorter
+        # past than its batch-mates' sees masked padding between its past and its new tokens,
+        # which shifts its real keys in attention's vectorized sums; the float result moves by
+        # ~1e-7, harmless in float32, but it can tip a per-token rounding in the next INT8
+        # MatMul and grow to ~1e-2 over the layers. With equal pasts a row's arithmetic is
+        # bit-for-bit that of the row alone (padding only after its tokens adds exact zeros).
+        self.equal_pasts = artifacts.quantization is not None
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_kv_bytes = max_batch_kv_bytes
+        self.max_call_kv_bytes = max_call_kv_bytes
+        self.prefill_chunk = prefill_chunk
         self.cache_bytes = cache_bytes
-        self._cache: OrderedDict[bytes, tuple[KVRows, np.ndarray | None]] = OrderedDict()
+        self._cache: OrderedDict[bytes, tuple[KVRows, np.ndarray]] = OrderedDict()
         self._cache_used = 0
         self._lock = threading.Lock()
+        # One ONNX Runtime run at a time: its intra-op pool already uses every usable core, so
+        # callers on several threads (asyncio.to_thread, LangChain batch) would only oversubscribe.
+        self._run_lock = threading.Lock()
         self.stats = EngineStats()
+        # INT8: refuse or warn when this CPU computes other numbers than the export measured
+        # (quantized.py); cpu_check=False skips it, for studies of such exports only.
+        self.cpu_check = check_cpu(self) if cpu_check else None
 
     @property
     def providers(self) -> list[str]:
@@ -278,28 +353,21 @@ class Engine:
             z = self.softcap * np.tanh(z / self.softcap)
         return z
 
-    # -- prefix cache
+    # -- prefix cache: whole-prefix KV (one row, from position 0) and its last hidden state
 
     @staticmethod
     def _key(tokens: Sequence[int]) -> bytes:
         return np.asarray(tokens, dtype=np.int32).tobytes()
 
-    def _cache_get(self, tokens: tuple[int, ...], points: Sequence[int]
-                   ) -> tuple[int, KVRows | None, np.ndarray | None]:
-        """Longest cached prefix among ``points``: (its length, its KV, its last hidden or None)."""
+    def _cache_get(self, tokens: tuple[int, ...]) -> tuple[KVRows, np.ndarray] | None:
+        key = self._key(tokens)
         with self._lock:
-            for n in sorted({p for p in points if 0 < p <= len(tokens)}, reverse=True):
-                key = self._key(tokens[:n])
-                entry = self._cache.get(key)
-                if entry is not None:
-                    self._cache.move_to_end(key)
-                    self.stats.cache_hits += 1
-                    self.stats.cache_tokens_reused += n
-                    return n, entry[0], entry[1]
-            self.stats.cache_misses += 1
-            return 0, None, None
+            entry = self._cache.get(key)
+            if entry is not None:
+                self._cache.move_to_end(key)
+            return entry
 
-    def _cache_put(self, tokens: tuple[int, ...], kv: KVRows, hidden: np.ndarray | None) -> None:
+    def _cache_put(self, tokens: tuple[int, ...], kv: KVRows, hidden: np.ndarray) -> None:
         size = kv.nbytes
         if self.cache_bytes <= 0 or size > self.cache_bytes:
             return
@@ -314,10 +382,6 @@ class Engine:
                 _, (old, _) = self._cache.popitem(last=False)
                 self._cache_used -= old.nbytes
 
-    @property
-    def cache_used_bytes(self) -> int:
-        return self._cache_used
-
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
@@ -326,13 +390,16 @@ class Engine:
     # -- the primitive
 
     def next_token_logits(self, contexts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int]],
-                          *, cache_points: Sequence[int] = (), use_cache: bool = True,
-                          share_prefixes: bool = True) -> list[np.ndarray]:
+                          *, cache_points: Sequence[int] | Sequence[Sequence[int]] = (),
+                          use_cache: bool = True, share_prefixes: bool = True) -> list[np.ndarray]:
         """Logits (float64) of ``allowed[i]`` as the next token after ``contexts[i]``.
 
-        ``cache_points`` are prefix lengths of the common root worth keeping across calls (e.g.
-        end of the system prompt, end of the state). ``share_prefixes=False`` runs every context
-        separately from scratch (the reference the cache-transparency tests compare against).
+        ``cache_points`` are prefix lengths worth keeping across calls (e.g. end of the system
+        prompt, end of the state): one list for every context, or one list per context (several
+        requests in one call, each with its own). A call starts each context from its longest
+        cached prefix and stores the others, whatever else shares the call.
+        ``share_prefixes=False`` runs every context separately from scratch (the reference the
+        cache-transparency tests compare against).
         """
         if len(contexts) != len(allowed):
             raise ValueError("contexts and allowed must have the same length")
@@ -346,36 +413,94 @@ class Engine:
         if not share_prefixes:
             out = []
             for c, a in zip(contexts, allowed):
-                h, _ = self._run_rows([tuple(c)], [self.backbone.empty()])
-                out.append(self.logits(h[0], a))
+                node = _Node(tuple(c), _Node((), None))
+                self._run_group([node])
+                out.append(self.logits(node.hidden, a))
             return out
 
-        root = build_radix_tree(contexts)
-        results: list[np.ndarray | None] = [None] * len(contexts)
-        self._compute_root(root, cache_points, use_cache)
-        self._emit(root, allowed, results)
-        previous, level = [root], list(root.children.values())
-        while level:  # one depth of the radix tree per step, batched
+        per_context = bool(cache_points) and not isinstance(cache_points[0], (int, np.integer))
+        points = cache_points if per_context else [cache_points] * len(contexts)
+        root = build_radix_tree(contexts, points if use_cache else ())
+        if use_cache:
+            self._restore(root)
+        todo = self._plan(root)
+        self._check_call_bytes(todo)
+        pending = set(todo)
+        level = [n for n in todo if n.parent not in pending]
+        while level:  # nodes whose parent is ready, batched per run
             for start in range(0, len(level), self.max_batch_rows):
                 for group in self._token_groups(level[start : start + self.max_batch_rows]):
-                    hidden, present = self._run_rows([n.tokens for n in group],
-                                                     [n.parent.kv for n in group])  # type: ignore[union-attr,misc]
-                    for b, node in enumerate(group):
-                        node.hidden = hidden[b]
-                        node.kv = present.row(b) if node.children else None
-            for node in level:
-                self._emit(node, allowed, results)
-            for node in previous:  # every child of the previous depth has run: free its caches
-                node.kv = None
-            previous, level = level, [c for n in level for c in n.children.values()]
+                    self._run_group(group)
+            pending.difference_update(level)
+            level = [c for n in level for c in n.children.values() if c in pending]
+        if use_cache:
+            for node in todo:
+                if node.checkpoint:
+                    self._cache_put(node.prefix(), _concat(node.path_kv(), self.backbone.kv_dtype), node.hidden)
+        results: list[np.ndarray | None] = [None] * len(contexts)
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            for q in node.queries:
+                assert node.hidden is not None
+                results[q] = self.logits(node.hidden, allowed[q])
+            stack.extend(node.children.values())
         assert all(r is not None for r in results), "a context got no logits"
         return results  # type: ignore[return-value]
 
     # -- helpers
 
+    def _restore(self, root: _Node) -> None:
+        """Fill checkpoint nodes from the prefix cache; count one hit or miss per deepest checkpoint."""
+        def walk(node: _Node, hit: int) -> None:
+            if node.checkpoint:
+                entry = self._cache_get(node.prefix())
+                if entry is not None:
+                    node.kv, node.hidden = entry
+                    node.kv_from_start = True
+                    hit = node.start + len(node.tokens)
+            children = list(node.children.values())
+            if node.checkpoint and not any(_has_checkpoint(c) for c in children):
+                with self._lock:
+                    if hit:
+                        self.stats.cache_hits += 1
+                        self.stats.cache_tokens_reused += hit
+                    else:
+                        self.stats.cache_misses += 1
+            for c in children:
+                walk(c, hit)
+
+        walk(root, 0)
+
+    @staticmethod
+    def _plan(root: _Node) -> list[_Node]:
+        """Nodes to compute, parents first: those not restored from the cache that have a query
+        or a descendant to compute (a restored node's ancestors are not needed for it)."""
+        wanted: list[_Node] = []
+
+        def mark(node: _Node) -> bool:
+            below = [mark(c) for c in node.children.values()]  # visit every child
+            need = bool(node.tokens) and not node.kv_from_start and (bool(node.queries) or any(below))
+            if need:
+                wanted.append(node)
+            return need
+
+        mark(root)
+        return wanted[::-1]  # post-order reversed: every parent before its children
+
+    def _check_call_bytes(self, todo: list[_Node]) -> None:
+        tokens = sum(len(n.tokens) for n in todo)
+        need = tokens * self.backbone.kv_bytes_per_token
+        if need > self.max_call_kv_bytes:
+            raise EngineError(
+                f"this call needs the KV cache of {tokens} distinct tokens ({need / 2**20:.0f} MiB), above the "
+                f"engine's max_call_kv_bytes ({self.max_call_kv_bytes / 2**20:.0f} MiB): send fewer or shorter "
+                f"requests at once, or raise the budget")
+
     def _token_groups(self, nodes: list[_Node]) -> list[list[_Node]]:
         """Split a batch so that rows × longest run stays under ``max_batch_tokens`` and the
-        stacked past + present of the rows stays under ``max_batch_kv_bytes``.
+        stacked past + present of the rows stays under ``max_batch_kv_bytes`` — and, with
+        ``equal_pasts``, so that the rows of a run have pasts of one length.
 
         The second bound matters for many label branches after a long prompt: 40 rows over a
         1,221-token past of the 1.5B model would stack 2.8 GB of past and get as much present back.
@@ -384,56 +509,62 @@ class Engine:
         groups: list[list[_Node]] = []
         cur: list[_Node] = []
         longest = past = 0
-        for n in sorted(nodes, key=lambda n: len(n.tokens)):
-            parent_len = n.parent.kv.length if n.parent is not None and n.parent.kv is not None else 0
-            longest_new, past_new = max(longest, len(n.tokens)), max(past, parent_len)
+        starts = {id(n): n.start for n in nodes}
+        order = sorted(nodes, key=lambda n: (starts[id(n)], len(n.tokens)) if self.equal_pasts else len(n.tokens))
+        for n in order:
+            start = starts[id(n)]
+            longest_new, past_new = max(longest, len(n.tokens)), max(past, start)
             rows = len(cur) + 1
             too_many_tokens = longest_new * rows > self.max_batch_tokens
             too_many_bytes = 2 * rows * (past_new + longest_new) * per_token > self.max_batch_kv_bytes
-            if cur and (too_many_tokens or too_many_bytes):
+            other_past = self.equal_pasts and cur and start != starts[id(cur[0])]
+            if cur and (too_many_tokens or too_many_bytes or other_past):
                 groups.append(cur)
-                cur, longest_new, past_new = [], len(n.tokens), parent_len
+                cur, longest_new, past_new = [], len(n.tokens), start
             cur.append(n)
             longest, past = longest_new, past_new
         if cur:
             groups.append(cur)
         return groups
 
-    def _run_rows(self, runs: list[tuple[int, ...]], pasts: list[KVRows]) -> tuple[np.ndarray, KVRows]:
-        past = pasts[0] if len(pasts) == 1 else stack_rows(pasts, self.backbone.kv_dtype)
-        hidden, present = self.backbone.run(runs, past)
+    def _run_group(self, group: list[_Node]) -> None:
+        """Run each node's edge after its parent's prefix, as one batch; keep each node's own KV
+        segment (a compact copy) and its last hidden state. A lone long edge runs in chunks."""
+        if len(group) == 1 and len(group[0].tokens) > self.prefill_chunk:
+            node = group[0]
+            segs = node.parent.path_kv() if node.parent is not None else []
+            own: list[KVRows] = []
+            for at in range(0, len(node.tokens), self.prefill_chunk):
+                run = node.tokens[at : at + self.prefill_chunk]
+                hidden, present, past_len = self._run_rows([run], [segs + own])
+                own.append(present.slice(0, past_len, past_len + len(run)))
+            node.kv, node.hidden = _concat(own, self.backbone.kv_dtype), hidden[0]
+            return
+        paths = [n.parent.path_kv() if n.parent is not None else [] for n in group]
+        hidden, present, past_len = self._run_rows([n.tokens for n in group], paths)
+        for b, node in enumerate(group):
+            node.hidden = hidden[b]
+            node.kv = present.slice(b, past_len, past_len + len(node.tokens))
+
+    def _run_rows(self, runs: list[tuple[int, ...]], paths: list[list[KVRows]]
+                  ) -> tuple[np.ndarray, KVRows, int]:
+        """(last hidden (B, H), present, where the new tokens start in present)."""
+        past = stack_paths(paths, self.backbone.kv_dtype) if any(paths) else self.backbone.empty(len(runs))
+        with self._run_lock:
+            hidden, present = self.backbone.run(runs, past)
         with self._lock:
             self.stats.runs += 1
             self.stats.tokens_computed += sum(len(r) for r in runs)
-        return hidden, present
-
-    def _compute_root(self, root: _Node, cache_points: Sequence[int], use_cache: bool) -> None:
-        """Prefill the shared root, starting from its longest cached prefix."""
-        tokens = root.tokens
-        if not tokens:
-            root.kv = self.backbone.empty()
-            return
-        points = sorted({p for p in cache_points if 0 < p < len(tokens)} | {len(tokens)})
-        start, kv, hidden = self._cache_get(tokens, points) if use_cache else (0, None, None)
-        if start == len(tokens):
-            if hidden is not None:
-                root.kv, root.hidden = kv, hidden
-                return
-            # A checkpoint stored without its hidden state: recompute the last token only.
-            assert kv is not None
-            start, kv = start - 1, (kv.prefix(start - 1) if start > 1 else None)
-        h, present = self._run_rows([tokens[start:]], [kv if kv is not None else self.backbone.empty()])
-        root.hidden, root.kv = h[0], present
-        if use_cache:
-            for p in points:
-                if p > start:
-                    self._cache_put(tokens[:p], present if p == len(tokens) else present.prefix(p),
-                                    h[0] if p == len(tokens) else None)
-
-    def _emit(self, node: _Node, allowed: Sequence[Sequence[int]], results: list[np.ndarray | None]) -> None:
-        for q in node.queries:
-            assert node.hidden is not None
-            results[q] = self.logits(node.hidden, allowed[q])
+        return hidden, present, past.length
 
 
-__all__ = ["Backbone", "Engine", "EngineStats", "KVRows", "build_radix_tree", "stack_rows"]
+def _has_checkpoint(node: _Node) -> bool:
+    return node.checkpoint or any(_has_checkpoint(c) for c in node.children.values())
+
+
+def _concat(segments: Sequence[KVRows], dtype: np.dtype) -> KVRows:
+    """One compact row from consecutive segments (a single segment is returned as is)."""
+    return segments[0] if len(segments) == 1 else stack_paths([segments], dtype)
+
+
+__all__ = ["Backbone", "Engine", "EngineStats", "KVRows", "build_radix_tree", "stack_paths"]

@@ -450,7 +450,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=env("HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(env("PORT", "8000")))
     p.add_argument("--threads", type=int, default=env("THREADS"),
-                   help="ONNX Runtime intra-op threads (default: all cores)")
+                   help="ONNX Runtime intra-op threads (default: the cores this process may use)")
     p.add_argument("--labels", choices=LABEL_MODES, default=env("LABELS", "auto"))
     p.add_argument("--max-prompt-tokens", type=int, default=env("MAX_PROMPT_TOKENS"),
                    help="refuse (422) prompts longer than this (default: the model's context)")
