@@ -41,8 +41,9 @@ from typed_decisions.decider import parse_request  # noqa: E402
 from typed_decisions.errors import ContextTooLongError, TokenizerBoundaryError  # noqa: E402
 from typed_decisions.schema import (ChoiceAnswer, DecisionResponse, NoulAnswer,  # noqa: E402
                                     ScoreAnswer, Usage)
-from typed_decisions.server import ServerSettings, create_app, load_api_keys, state_sha256  # noqa: E402
-from typed_decisions.server_batching import answer_each  # noqa: E402
+from typed_decisions.schema import json_sha256  # noqa: E402
+from typed_decisions.server import ServerSettings, create_app, load_api_keys  # noqa: E402
+from typed_decisions.server.batching import answer_each  # noqa: E402
 
 RID = "x-typesafe-request-id"
 
@@ -498,7 +499,7 @@ def test_audit_log_has_hashes_not_state_or_keys(tmp_path):
     first, second = map(json.loads, text.splitlines())
     assert "sk-secret" not in text and "charged twice" not in text
     assert first["request_id"] == ok.headers[RID] and first["caller"] == "alice"
-    assert first["state_sha256"] == state_sha256(REQUEST["state"]) and first["status"] == 200
+    assert first["state_sha256"] == json_sha256(REQUEST["state"]) and first["status"] == 200
     assert first["questions"] == {"team": "choice", "urgent": "noul", "severity": "score"}
     assert first["answers"] == ok.json()["answers"] and first["latency_ms"] >= 0
     assert second["caller"] == "billing-bot" and second["status"] == 404 and second["answers"] is None

@@ -64,7 +64,7 @@ def as_probabilities(probs: ArrayLike, *, normalized: bool = True) -> np.ndarray
     if normalized and abs(p.sum() - 1.0) > PROB_TOL:
         raise ValueError(f"probabilities must sum to 1, got sum {float(p.sum())!r}")
     if not normalized and p.sum() <= 0:
-        raise ValueError(f"probabilities must not be all 0, got {p.tolist()}")
+        raise ValueError(f"probabilities must be >= 0 and not all 0, got {p.tolist()}")
     return p
 
 

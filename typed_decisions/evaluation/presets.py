@@ -22,13 +22,15 @@ probabilities and o* = argmax p,
 ``threshold`` always means this, here and in the LangChain router: a bound on p* = p[o*], the
 chosen option's probability (not on a confidence formula).
 
-``answer_preset`` is what the server's preset endpoint calls.
+``answer_preset`` asks a preset's question in process; the server's preset endpoint runs its two
+steps (``prepare_preset``, then ``PresetCall.result``) around the micro-batcher.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,16 +38,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..compiler import LABEL_MODES
+from ..compiler import LABEL_MODES, LabelMode
 from ..errors import InvalidRequestError, TypedDecisionsError
-from ..schema import json_sha256
+from ..schema import DecisionResponse, json_sha256
 from .spec import OptionSpec, QuestionSpec
 
 if TYPE_CHECKING:
     from ..decider import Decider
 
 __all__ = ["Preset", "PresetOption", "PresetQuestion", "Policy", "PresetError", "load_preset", "list_presets",
-           "content_hash", "answer_preset", "decide_action", "preset_file"]
+           "content_hash", "answer_preset", "decide_action", "preset_file", "PresetCall", "prepare_preset"]
 
 REGISTRY = "_registry.json"
 PARAMS = ("label_mode", "threshold")  # the params answer_preset accepts
@@ -160,14 +162,39 @@ def decide_action(preset: Preset, probs: np.ndarray, threshold: float | None = N
     return {"auto": auto, "option": opt.name, "probability": p, "threshold": t, "reason": reason}
 
 
-def answer_preset(decider: Decider, preset_name: str, state: Any,
-                  params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Ask a preset's question about ``state``: {answers, act, preset, preset_version, model}.
+@dataclass(frozen=True)
+class PresetCall:
+    """A preset question made ready for the decider: the wire request, its label mode, and the
+    threshold override to apply to the answer (``prepare_preset`` builds it, ``result`` reads the
+    answer). The server queues ``request`` like any ``/v1/systemone`` request."""
 
-    ``params``: ``label_mode`` ("auto" | "names" | "letters"), ``threshold`` (overrides the preset's default).
-    Only shipped preset names are accepted (never a path); bad names and params raise
+    preset: Preset
+    request: dict[str, Any]
+    label_mode: LabelMode | None
+    threshold: float | None
+
+    def result(self, response: DecisionResponse) -> dict[str, Any]:
+        """{answers, act, preset, preset_version, model} from the decider's response."""
+        spec = self.preset.question_spec()
+        ans = response.answers[spec.name]
+        if spec.type == "noul":
+            probs = np.array([ans.noul, 1.0 - ans.noul])  # type: ignore[union-attr]
+        elif spec.type == "choice":
+            probs = np.array([ans.probabilities[o] for o in spec.option_names])  # type: ignore[union-attr]
+        else:
+            probs = np.array([ans.probabilities[str(i)] for i in range(len(spec.options))])  # type: ignore[union-attr]
+        return {"answers": {k: a.model_dump(exclude_none=True) for k, a in response.answers.items()},
+                "act": decide_action(self.preset, probs, self.threshold), "preset": self.preset.name,
+                "preset_version": self.preset.version, "model": response.model}
+
+
+def prepare_preset(model: str, preset_name: str, state: Any,
+                   params: Mapping[str, Any] | None = None) -> PresetCall:
+    """Check the name and params, load the preset, build its wire request for ``model``.
+
+    ``params``: ``label_mode`` ("auto" | "names" | "letters"), ``threshold`` (overrides the preset's
+    default). Only shipped preset names are accepted (never a path); bad names and params raise
     ``InvalidRequestError`` (HTTP 422) naming the field.
-    Calibration is the Decider's (a Decider built with a calibration file applies it here too).
     """
     params = dict(params or {})
     unknown = sorted(set(params) - set(PARAMS))
@@ -183,15 +210,17 @@ def answer_preset(decider: Decider, preset_name: str, state: Any,
         raise InvalidRequestError(f"params.threshold must be a number in [0, 1], got {threshold!r}", ("params", "threshold"))
     preset = load_preset(preset_name)
     spec = preset.question_spec()
-    request = {"model": decider.name, "state": state, "questions": {spec.name: spec.question()}}
-    response = decider.run(request, label_mode=params.get("label_mode"))
-    ans = response.answers[spec.name]
-    if spec.type == "noul":
-        probs = np.array([ans.noul, 1.0 - ans.noul])  # type: ignore[union-attr]
-    elif spec.type == "choice":
-        probs = np.array([ans.probabilities[o] for o in spec.option_names])  # type: ignore[union-attr]
-    else:
-        probs = np.array([ans.probabilities[str(i)] for i in range(len(spec.options))])  # type: ignore[union-attr]
-    return {"answers": {k: a.model_dump(exclude_none=True) for k, a in response.answers.items()},
-            "act": decide_action(preset, probs, threshold), "preset": preset.name,
-            "preset_version": preset.version, "model": response.model}
+    request = {"model": model, "state": state, "questions": {spec.name: spec.question()}}
+    return PresetCall(preset=preset, request=request, label_mode=params.get("label_mode"), threshold=threshold)
+
+
+def answer_preset(decider: Decider, preset_name: str, state: Any,
+                  params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Ask a preset's question about ``state``: {answers, act, preset, preset_version, model}.
+
+    ``params`` as in ``prepare_preset``. Calibration is the Decider's (a Decider built with a
+    calibration file applies it here too). The server's preset endpoint does the same two steps
+    with the micro-batcher in between.
+    """
+    call = prepare_preset(decider.name, preset_name, state, params)
+    return call.result(decider.run(call.request, label_mode=call.label_mode))
