@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from td_optional import fast_tier
 
 
 # --- typed_decisions.models (tests/test_models.py) ------------------------------------------------
@@ -35,14 +36,6 @@ EXPORT_TESTS = Path(__file__).parent / "export"
 def _needs_model(item: pytest.Item) -> bool:
     return (bool(MODEL_FIXTURES & set(getattr(item, "fixturenames", ())))
             or EXPORT_TESTS in Path(str(item.path)).parents or "pypi" in item.keywords)
-
-
-def fast_tier(config: pytest.Config) -> bool:
-    """True when the -m expression deselects model tests (``-m "not model"``)."""
-    from _pytest.mark.expression import Expression
-
-    expr = config.getoption("markexpr") or ""
-    return bool(expr) and not Expression.compile(expr).evaluate(lambda name, **_: name == "model")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

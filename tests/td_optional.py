@@ -1,4 +1,4 @@
-"""Optional test dependencies: skipped locally when missing, a hard failure in CI.
+"""Optional test dependencies (skipped locally when missing, a hard failure in CI), and the tiers.
 
 ``pytest.importorskip`` at module level silently drops every test of a module when its dependency
 is missing; in CI (``CI=true``, as GitHub Actions and most runners set it) that would hide ~33
@@ -28,3 +28,16 @@ def require(module: str, install: str = "bash scripts/setup.sh") -> ModuleType:
             raise ImportError(f"{module} is required in CI (CI=true) but missing: {e}; install it with: "
                               f"{install}") from e
     return pytest.importorskip(module, reason=f"{module} is not installed ({install}); in CI this fails")
+
+
+def fast_tier(config: pytest.Config) -> bool:
+    """True when the -m expression deselects ``model`` tests (``pytest -m "not model"``).
+
+    >>> from types import SimpleNamespace as NS
+    >>> [fast_tier(NS(getoption=lambda _: e)) for e in ("not model", "", "model", "not slow")]
+    [True, False, False, False]
+    """
+    from _pytest.mark.expression import Expression
+
+    expr = config.getoption("markexpr") or ""
+    return bool(expr) and not Expression.compile(expr).evaluate(lambda name, **_: name == "model")

@@ -78,3 +78,40 @@ def text_tokenizer() -> TextTokenizer:
 
 def chat_template(tok: TextTokenizer) -> ChatTemplate:
     return ChatTemplate(CHATML, tok)
+
+
+# ---------------------------------------------------------------- a hand-written BPE (known ids)
+
+ALPHABET = sorted(pre_tokenizers.ByteLevel.alphabet())  # the 256 byte-level symbols, "Ġ" is the space
+HAND_MERGES = [("y", "e"), ("ye", "s"), ("n", "o"), ("Ġ", "yes"), ("b", "u"), ("bu", "g"), (":", ":"),
+               (":", ")"), ("A", "n"), ("An", "s")]
+
+
+def char_id(c: str) -> int:
+    """Id of one byte-level symbol in the hand-written BPE: 3 specials, then the sorted alphabet."""
+    return len(SPECIALS) + ALPHABET.index(c)
+
+
+def merged_id(token: str) -> int:
+    """Id of a merged token: after the alphabet, in merge order ("ye" first)."""
+    return len(SPECIALS) + len(ALPHABET) + ["".join(m) for m in HAND_MERGES].index(token)
+
+
+@functools.lru_cache(maxsize=1)
+def hand_tokenizer_file() -> Path:
+    """A byte-level BPE whose every id is known: ``yes`` → [merged_id("yes")], ``Yes`` → three
+    characters, ``::`` and ``:)`` one token each (so ``:`` after ``Answer:`` is unstable)."""
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    vocab.update({c: char_id(c) for c in ALPHABET})
+    vocab.update({"".join(m): merged_id("".join(m)) for m in HAND_MERGES})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=HAND_MERGES))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIALS)
+    path = Path(tempfile.mkdtemp(prefix="td-hand-bpe-")) / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def hand_tokenizer() -> TextTokenizer:
+    return TextTokenizer(hand_tokenizer_file(), TOKENIZER_INFO)
