@@ -617,9 +617,18 @@ def test_sdk_against_fake_model():
 def test_sdk_against_tiny_real_model(tiny_decider):
     long_state = "I was charged twice for my subscription this month. " * 30
     answers = _sdk_client_suite(tiny_decider, long_state, n_async=2)
-    for name in ("team", "urgent", "severity"):
-        a, b, c = (answers[k][name] for k in ("sync-zstd", "sync-False", "async"))
-        assert a.keys() == b.keys() == c.keys()
+    sdk = require("typesafe_sdk")
+    questions = {k: q.model_dump(mode="json", exclude_none=True) if hasattr(q, "model_dump") else q
+                 for k, q in _sdk_questions(sdk).items()}
+    want = tiny_decider.run({"model": tiny_decider.name, "state": long_state,
+                             "questions": questions}).model_dump(mode="json")
+    for path in ("sync-zstd", "sync-False", "async"):
+        got = {"answers": answers[path]}
+        assert set(got["answers"]) == set(want["answers"]), path
+        for name, probs in _probabilities(want).items():  # the in-process Decider's answers
+            assert _probabilities(got)[name] == pytest.approx(probs, abs=1e-5), (path, name)
+        assert got["answers"]["team"]["choice"] == want["answers"]["team"]["choice"]
+        assert got["answers"]["severity"]["score"] == pytest.approx(want["answers"]["severity"]["score"], abs=1e-5)
 
 
 def _probabilities(body: dict[str, Any]) -> dict[str, Any]:
