@@ -53,7 +53,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The fast tier promises no torch: fail the run if anything imported it."""
     if fast_tier(session.config) and {"torch", "transformers"} & set(sys.modules):
-        session.config.get_terminal_writer().line(
+        writer = session.config.get_terminal_writer()
+        writer.line()
+        writer.line(
             "fast tier (-m 'not model'): torch or transformers was imported; mark the test that needs "
             "it with @pytest.mark.model", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
