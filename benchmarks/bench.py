@@ -49,6 +49,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -381,30 +382,17 @@ def profile_prefill(export_dir: Path, ids: list[int], threads: int) -> dict[str,
 # --------------------------------------------------------------------------- peers
 
 
-def readout_contexts(comp: Any) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]], list[tuple[int, tuple]]]:
-    """(contexts, allowed ids, (question, trie node)) exactly as Decider._read builds them."""
-    from typed_decisions.readout import LabelTrie
+def readout_plan(comp: Any) -> Any:
+    """The contexts, allowed ids and trie nodes of one compiled request: ``Decider``'s own plan
+    (``decider.plan_readout``), so every peer reads exactly what ours reads."""
+    from typed_decisions.decider import plan_readout
 
-    contexts, allowed, where = [], [], []
-    for qi, q in enumerate(comp.questions):
-        trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
-        for u, kids in trie.internal_nodes():
-            if len(kids) > 1:
-                contexts.append(comp.prefix_ids + q.suffix_ids + u)
-                allowed.append(kids)
-                where.append((qi, u))
-    return contexts, allowed, where
+    return plan_readout([comp])
 
 
-def probabilities_from(comp: Any, where: list, logits: list[np.ndarray]) -> dict[str, np.ndarray]:
-    from typed_decisions.readout import LabelTrie, option_probabilities
-
-    out = {}
-    for qi, q in enumerate(comp.questions):
-        trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
-        nodes = {u: z for (i, u), z in zip(where, logits) if i == qi}
-        out[q.name] = option_probabilities(trie, nodes, len(q.options))
-    return out
+def probabilities_from(plan: Any, logits: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Option probabilities per question from a peer's logits (one per context of ``plan``)."""
+    return {r.question.name: r.probabilities() for r in plan.readouts(logits)[0]}
 
 
 class Reference:
@@ -558,7 +546,7 @@ def run_w5(args: argparse.Namespace, export_dir: Path, dtype: str, mode: str, to
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny", help="catalogue name (tiny, default, ...) or an export directory")
     p.add_argument("--trials", type=int, default=5)
@@ -585,22 +573,68 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--w5-atol", type=float, default=1e-5,
                    help="W5: largest difference of a number in an HTTP answer from the in-process one")
     p.add_argument("--out", type=Path, default=None)
-    args = p.parse_args(argv)
+    return p
+
+
+@dataclass
+class Run:
+    """What the phases of one benchmark run share: the arguments, the model, the workloads, the
+    results so far (written after every measurement, so a killed run leaves a partial file)."""
+
+    args: argparse.Namespace
+    res: dict[str, Any]
+    out: Path
+    rss: RssSampler
+    tok: Any
+    params: int
+    fp32_dir: Path
+    int8_dir: Path | None
+    gguf: Path | None
+    wl_names: list[str]
+    reqs: dict[str, dict[str, Any]]                     # W1-W4 (W5 is its own phase)
+    compiled: dict[tuple[str, str], Any] = field(default_factory=dict)            # (workload, mode)
+    ours_probs: dict[tuple[str, str, str], dict[str, np.ndarray]] = field(default_factory=dict)
+
+    @property
+    def peer_trials(self) -> int:
+        return self.args.peer_trials or self.args.trials
+
+    @property
+    def w5_dtype(self) -> str:
+        return self.args.w5_dtype or self.args.ours.split(",")[0]
+
+    def save_partial(self) -> None:
+        self.out.write_text(json.dumps({**self.res, "partial": True}, indent=1, default=float) + "\n")
+
+    def record(self, system: str, wl: str, times: list[float], **extra: Any) -> None:
+        self.res["results"].setdefault(wl, {})[system] = {**summarize(times), **extra}
+        self.save_partial()  # survives a kill
+
+    def peer_requests(self, mode: str) -> list[tuple[str, Any]]:
+        """(workload, compiled request) for the peers: the workloads they run that ours compiled."""
+        peer_wls = set((self.args.peer_workloads or self.args.workloads).split(","))
+        return [(wl, self.compiled[(wl, mode)]) for wl in self.reqs
+                if wl in peer_wls and (wl, mode) in self.compiled]
+
+    def max_abs_dp(self, wl: str, mode: str, probs: dict[str, np.ndarray]) -> float | None:
+        """Largest |p_peer − p_ours fp32| over the request's options (None if ours did not run)."""
+        ours = self.ours_probs.get((wl, mode, "fp32"))
+        return max(float(np.abs(probs[k] - ours[k]).max()) for k in probs) if ours else None
+
+
+def start_run(args: argparse.Namespace) -> Run:
+    """Resolve (and if needed quantize) the model, build the workloads, measure the matmul peaks."""
+    from typed_decisions.artifacts import load_artifacts
+    from typed_decisions.tokenization import TextTokenizer
+
     wl_names = args.workloads.split(",")
     if "W4" in wl_names and "W4-5" not in wl_names:
         wl_names.append("W4-5")
-    peers = set(args.peers.split(","))
-    w5_dtype = args.w5_dtype or args.ours.split(",")[0]
-    peer_trials = args.peer_trials or args.trials
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     rss = RssSampler()
-    t_start = time.time()
-
-    from typed_decisions.artifacts import load_artifacts
-    from typed_decisions.decider import Decider, parse_request
-
     fp32_dir, int8_dir, gguf = resolve_model(args.model)
+    w5_dtype = args.w5_dtype or args.ours.split(",")[0]
     if ("int8" in args.ours or ("W5" in wl_names and w5_dtype == "int8")) and int8_dir is None:
         rss.phase("export_int8")
         int8_dir, note = make_int8(fp32_dir)
@@ -611,201 +645,219 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {
         "model": art.name, "fp32_dir": str(fp32_dir), "int8_dir": str(int8_dir) if int8_dir else None,
         "gguf": str(gguf) if gguf else None, "backbone_params": params, "threads": args.threads,
-        "trials": args.trials, "peer_trials": peer_trials, "cpu": platform.processor() or platform.machine(),
+        "trials": args.trials, "peer_trials": args.peer_trials or args.trials,
+        "cpu": platform.processor() or platform.machine(),
         "nproc": os.cpu_count(), "load_avg_start": os.getloadavg(), "results": {}, "skipped": {},
     }
     print(f"model {art.name}: {params / 1e6:.1f} M backbone matmul params; fp32 {fp32_dir}; int8 {int8_dir}; "
           f"gguf {gguf}; load {os.getloadavg()}", file=sys.stderr)
-
-    from typed_decisions.tokenization import TextTokenizer
-
     tok = TextTokenizer(art.tokenizer_path, art.tokenizer_info)
-    reqs = {k: v for k, v in workloads(tok).items() if k in wl_names}  # W1-W4 (W5 is its own phase)
+    reqs = {k: v for k, v in workloads(tok).items() if k in wl_names}
     if reqs:  # the peaks are only compared with the prefill of W1-W4's ours
         rss.phase("matmul_peaks")
         res["matmul_peaks_gflops"] = matmul_peaks(args.threads)
         print("matmul peaks GFLOP/s", res["matmul_peaks_gflops"], file=sys.stderr)
-    R = res["results"]
-    ours_probs: dict[tuple[str, str], dict[str, np.ndarray]] = {}
-    compiled: dict[tuple[str, str], Any] = {}
-
     out = args.out or RESULTS / f"{art.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    peer_wls = set((args.peer_workloads or args.workloads).split(","))
+    return Run(args=args, res=res, out=out, rss=rss, tok=tok, params=params, fp32_dir=fp32_dir,
+               int8_dir=int8_dir, gguf=gguf, wl_names=wl_names, reqs=reqs)
 
-    def record(system: str, wl: str, times: list[float], **extra: Any) -> None:
-        R.setdefault(wl, {})[system] = {**summarize(times), **extra}
-        out.write_text(json.dumps({**res, "partial": True}, indent=1, default=float) + "\n")  # survives a kill
 
-    # ---- ours
-    if "ours" in peers and reqs:
-        for dtype in args.ours.split(","):
-            d = fp32_dir if dtype == "fp32" else int8_dir
-            for mode in args.modes.split(","):
-                rss.phase(f"ours_{dtype}")
-                dec = Decider.from_dir(d, label_mode=mode, threads=args.threads)
-                eng = dec.engine
-                dec.run(workloads(tok)["W1"], label_mode=mode)  # first-run allocations, untimed
-                for wl, rq in reqs.items():
-                    comp = dec.compiler.compile(parse_request(rq), label_mode=mode)
-                    compiled[(wl, mode)] = comp
-                    n_questions = len(comp.questions)
-                    for cache in args.cache.split(","):
-                        before = (lambda rq=rq: (eng.clear_cache(), dec.run(warm_request(rq)))) if cache == "warm" else None
-                        acc = np.zeros(3)  # tokens computed, tokens logical, ORT runs of the timed calls
+def run_ours(run: Run) -> None:
+    """Decider fp32 / INT8 × label modes × cache off / warm on W1-W4, and the bare prefill."""
+    from typed_decisions.decider import Decider, parse_request
 
-                        def fn(rq: dict = rq, u: bool = cache == "warm", acc: np.ndarray = acc) -> dict:
-                            s0 = np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs])
-                            probs = dec.probabilities(rq, use_cache=u)  # = run() minus the reducers
-                            acc += np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs]) - s0
-                            return probs
+    args = run.args
+    for dtype in args.ours.split(","):
+        d = run.fp32_dir if dtype == "fp32" else run.int8_dir
+        for mode in args.modes.split(","):
+            run.rss.phase(f"ours_{dtype}")
+            dec = Decider.from_dir(d, label_mode=mode, threads=args.threads)
+            eng = dec.engine
+            dec.run(workloads(run.tok)["W1"], label_mode=mode)  # first-run allocations, untimed
+            for wl, rq in run.reqs.items():
+                comp = dec.compiler.compile(parse_request(rq), label_mode=mode)
+                run.compiled[(wl, mode)] = comp
+                n_questions = len(comp.questions)
+                for cache in args.cache.split(","):
+                    before = (lambda rq=rq: (eng.clear_cache(), dec.run(warm_request(rq)))) if cache == "warm" else None
+                    acc = np.zeros(3)  # tokens computed, tokens logical, ORT runs of the timed calls
 
-                        times, probs = timed(fn, args.trials, f"ours {dtype} {mode} {cache} {wl}", before, args.warmup)
-                        computed, logical, runs = acc / (args.trials + args.warmup)
-                        ours_probs[(wl, mode, dtype)] = probs  # type: ignore[index]
-                        med = float(np.median(times))
-                        record(f"ours_{dtype}_{mode}_cache-{cache}", wl, times, tokens_computed=round(computed),
-                               tokens_logical=round(logical), ort_runs=round(runs, 1), requests_per_s=round(1 / med, 3),
-                               questions_per_s=round(n_questions / med, 3),
-                               prefill_gflops=round(2 * params * computed / med / 1e9, 2))
-                # prefill alone (W2's state prefix, no cache): the number the peaks are compared with
-                if mode == args.modes.split(",")[0]:
-                    key = "W2" if "W2" in reqs else next(iter(reqs))
-                    ids = list(compiled[(key, mode)].prefix_ids)
-                    times, _ = timed(lambda: eng.next_token_logits([ids], [[0, 1]], use_cache=False),
-                                     args.trials, f"prefill {dtype}", warmup=args.warmup)
+                    def fn(rq: dict = rq, u: bool = cache == "warm", acc: np.ndarray = acc) -> dict:
+                        s0 = np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs])
+                        probs = dec.probabilities(rq, use_cache=u)  # = run() minus the reducers
+                        acc += np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs]) - s0
+                        return probs
+
+                    times, probs = timed(fn, args.trials, f"ours {dtype} {mode} {cache} {wl}", before, args.warmup)
+                    computed, logical, runs = acc / (args.trials + args.warmup)
+                    run.ours_probs[(wl, mode, dtype)] = probs
                     med = float(np.median(times))
-                    res.setdefault("prefill", {})[dtype] = {**summarize(times), "tokens": len(ids),
-                                                            "gflops": round(2 * params * len(ids) / med / 1e9, 2)}
-                del dec, eng
-                gc.collect()
-        for dtype in [x for x in args.profile.split(",") if x in ("fp32", "int8")]:
-            rss.phase(f"profile_{dtype}")
-            key = "W2" if "W2" in reqs else next(iter(reqs))
-            comp = compiled.get((key, args.modes.split(",")[0]))
-            if comp is None:
-                continue
-            res.setdefault("ort_profile", {})[dtype] = profile_prefill(
-                fp32_dir if dtype == "fp32" else int8_dir, list(comp.prefix_ids), args.threads)
-            print(f"profile {dtype}:", res["ort_profile"][dtype]["op_types_by_time"][:5], file=sys.stderr)
-
-    mode0 = args.modes.split(",")[0]
-    names_mode = "names" if any(m == "names" for (_, m) in compiled) else mode0
-
-    # ---- reference and free text (transformers)
-    if peers & {"reference", "free_text"} and reqs:
-        rss.phase("transformers_load")
-        if gguf is None:
-            res["skipped"]["transformers"] = "no GGUF for this export: the reference needs the same weights"
-        else:
-            import torch
-
-            torch.set_num_threads(args.threads)
-            t0 = time.perf_counter()
-            model = load_torch_model(gguf)
-            res["transformers_load_s"] = round(time.perf_counter() - t0, 1)
-            if "reference" in peers:
-                rss.phase("reference")
-                ref = Reference(model)
-                per_token: list[float] = []
-                for wl in (w for w in reqs if w in peer_wls):
-                    comp = compiled.get((wl, names_mode))
-                    if comp is None:
-                        continue
-                    ctx, allowed, where = readout_contexts(comp)
-                    cost = ref.cost(ctx)
-                    if cost > args.ref_max_tokens:
-                        res["skipped"][f"reference/{wl}"] = (f"{len(ctx)} contexts, {cost} padded tokens > "
-                                                             f"--ref-max-tokens {args.ref_max_tokens}")
-                        R.setdefault(wl, {})["reference_estimated"] = {"padded_tokens": cost}
-                        continue
-                    times, (logits, computed) = timed(lambda c=ctx, a=allowed: ref.logits(c, a), peer_trials,
-                                                      f"reference {wl}", warmup=args.warmup)
-                    pr = probabilities_from(comp, where, logits)
-                    ours = ours_probs.get((wl, names_mode, "fp32"))  # type: ignore[call-overload]
-                    dp = max(float(np.abs(pr[k] - ours[k]).max()) for k in pr) if ours else None
-                    med = float(np.median(times))
-                    per_token.append(med / computed)
-                    record("reference", wl, times, tokens_computed=computed, contexts=len(ctx),
-                           tokens_logical=sum(len(c) for c in ctx), requests_per_s=round(1 / med, 3),
-                           prefill_gflops=round(2 * params * computed / med / 1e9, 2), max_abs_dp_vs_ours_fp32=dp)
-                for wl, r in R.items():  # estimated times of skipped requests, from the measured per-token cost
-                    if "reference_estimated" in r and per_token:
-                        r["reference_estimated"]["median_s"] = r["reference_estimated"]["padded_tokens"] * float(np.median(per_token))
-            if "free_text" in peers:
-                rss.phase("free_text")
-                for wl in (w for w in reqs if w in peer_wls):
-                    comp = compiled.get((wl, names_mode))  # the same prompts as the other peers
-                    if comp is None:
-                        continue
-                    prompts = [list(comp.prefix_ids + q.suffix_ids) for q in comp.questions]
-                    texts: list[str] = []
-
-                    def gen(prompts: list[list[int]] = prompts, texts: list[str] = texts) -> None:
-                        texts[:] = [generate_text(model, tok, ids, args.max_new_tokens) for ids in prompts]
-
-                    times, _ = timed(gen, peer_trials, f"free text {wl}", warmup=args.warmup)
-                    parsed = [parse_answer(t, list(q.labels)) for t, q in zip(texts, comp.questions)]
-                    ours = ours_probs.get((wl, names_mode, "fp32"))  # type: ignore[call-overload]
-                    agree = ([int(np.argmax(ours[q.name])) == pi for q, pi in zip(comp.questions, parsed)]
-                             if ours else [])
-                    med = float(np.median(times))
-                    record("free_text", wl, times, tokens_logical=sum(map(len, prompts)), texts=texts,
-                           parsed=sum(x is not None for x in parsed), agree_with_ours=sum(agree),
-                           questions=len(parsed), requests_per_s=round(1 / med, 3))
-            del model
+                    run.record(f"ours_{dtype}_{mode}_cache-{cache}", wl, times, tokens_computed=round(computed),
+                               tokens_logical=round(logical), ort_runs=round(runs, 1),
+                               requests_per_s=round(1 / med, 3), questions_per_s=round(n_questions / med, 3),
+                               prefill_gflops=round(2 * run.params * computed / med / 1e9, 2))
+            if mode == args.modes.split(",")[0]:
+                measure_prefill(run, dtype, mode, eng)
+            dec = eng = None  # free this model before the next one loads
             gc.collect()
 
-    # ---- llama.cpp
-    if "llama_cpp" in peers and reqs:
-        rss.phase("llama_cpp")
-        if args.llama_site and Path(args.llama_site).is_dir():
-            sys.path.append(args.llama_site)
-        try:
-            import llama_cpp  # noqa: F401
-        except Exception as e:  # ImportError, or a broken shared library
-            res["skipped"]["llama_cpp"] = f"import llama_cpp failed: {type(e).__name__}: {e}"
-        else:
-            if gguf is None:
-                res["skipped"]["llama_cpp"] = "no GGUF for this export"
-            else:
-                longest = max(len(c) for (wl, m), comp in compiled.items() for c in readout_contexts(comp)[0])
-                lc = LlamaCpp(gguf, args.threads, n_ctx=longest + 16)
-                res["llama_cpp_version"] = lc.version
-                for wl in (w for w in reqs if w in peer_wls):
-                    comp = compiled.get((wl, names_mode))
-                    if comp is None:
-                        continue
-                    ctx, allowed, where = readout_contexts(comp)
-                    for reuse in (False, True):
-                        times, (logits, computed) = timed(lambda c=ctx, a=allowed, r=reuse: lc.logits(c, a, r),
-                                                          peer_trials, f"llama.cpp reuse={reuse} {wl}",
-                                                          before=lambda: lc.llm.reset(), warmup=args.warmup)
-                        pr = probabilities_from(comp, where, logits)
-                        ours = ours_probs.get((wl, names_mode, "fp32"))  # type: ignore[call-overload]
-                        dp = max(float(np.abs(pr[k] - ours[k]).max()) for k in pr) if ours else None
-                        med = float(np.median(times))
-                        record(f"llama_cpp{'_prefix-reuse' if reuse else ''}", wl, times, tokens_computed=computed,
-                               requests_per_s=round(1 / med, 3), max_abs_dp_vs_ours_fp32_q4_weights=dp)
-                del lc
-                gc.collect()
 
-    # ---- W5: concurrent HTTP clients against `typed-decisions serve`
-    if "W5" in wl_names:
-        rss.phase("W5")
-        w5_dir = fp32_dir if w5_dtype == "fp32" else int8_dir
-        run_w5(args, w5_dir, w5_dtype, mode0, tok, art.name, R, lambda: out.write_text(
-            json.dumps({**res, "partial": True}, indent=1, default=float) + "\n"))
+def measure_prefill(run: Run, dtype: str, mode: str, eng: Any) -> None:
+    """Prefill alone (W2's state prefix, no cache): the number the matmul peaks are compared with."""
+    key = "W2" if "W2" in run.reqs else next(iter(run.reqs))
+    ids = list(run.compiled[(key, mode)].prefix_ids)
+    times, _ = timed(lambda: eng.next_token_logits([ids], [[0, 1]], use_cache=False),
+                     run.args.trials, f"prefill {dtype}", warmup=run.args.warmup)
+    med = float(np.median(times))
+    run.res.setdefault("prefill", {})[dtype] = {**summarize(times), "tokens": len(ids),
+                                                "gflops": round(2 * run.params * len(ids) / med / 1e9, 2)}
 
-    rss.stop()
-    res["peak_rss_mb"] = {k: round(v / 2 ** 20) for k, v in rss.peaks.items()}
+
+def run_profiles(run: Run) -> None:
+    """ORT op types by time for the prefill of each dtype in ``--profile``."""
+    for dtype in [x for x in run.args.profile.split(",") if x in ("fp32", "int8")]:
+        run.rss.phase(f"profile_{dtype}")
+        key = "W2" if "W2" in run.reqs else next(iter(run.reqs))
+        comp = run.compiled.get((key, run.args.modes.split(",")[0]))
+        if comp is None:
+            continue
+        run.res.setdefault("ort_profile", {})[dtype] = profile_prefill(
+            run.fp32_dir if dtype == "fp32" else run.int8_dir, list(comp.prefix_ids), run.args.threads)
+        print(f"profile {dtype}:", run.res["ort_profile"][dtype]["op_types_by_time"][:5], file=sys.stderr)
+
+
+def run_reference(run: Run, model: Any, mode: str) -> None:
+    """transformers, every context a full prompt; probabilities compared with ours fp32."""
+    run.rss.phase("reference")
+    ref = Reference(model)
+    R = run.res["results"]
+    per_token: list[float] = []
+    for wl, comp in run.peer_requests(mode):
+        plan = readout_plan(comp)
+        ctx, allowed = list(plan.contexts), list(plan.allowed)
+        cost = ref.cost(ctx)
+        if cost > run.args.ref_max_tokens:
+            run.res["skipped"][f"reference/{wl}"] = (f"{len(ctx)} contexts, {cost} padded tokens > "
+                                                     f"--ref-max-tokens {run.args.ref_max_tokens}")
+            R.setdefault(wl, {})["reference_estimated"] = {"padded_tokens": cost}
+            continue
+        times, (logits, computed) = timed(lambda c=ctx, a=allowed: ref.logits(c, a), run.peer_trials,
+                                          f"reference {wl}", warmup=run.args.warmup)
+        dp = run.max_abs_dp(wl, mode, probabilities_from(plan, logits))
+        med = float(np.median(times))
+        per_token.append(med / computed)
+        run.record("reference", wl, times, tokens_computed=computed, contexts=len(ctx),
+                   tokens_logical=sum(len(c) for c in ctx), requests_per_s=round(1 / med, 3),
+                   prefill_gflops=round(2 * run.params * computed / med / 1e9, 2), max_abs_dp_vs_ours_fp32=dp)
+    for wl, r in R.items():  # estimated times of skipped requests, from the measured per-token cost
+        if "reference_estimated" in r and per_token:
+            r["reference_estimated"]["median_s"] = r["reference_estimated"]["padded_tokens"] * float(np.median(per_token))
+
+
+def run_free_text(run: Run, model: Any, mode: str) -> None:
+    """transformers greedy generation of each question's answer, parsed; agreement with ours."""
+    run.rss.phase("free_text")
+    for wl, comp in run.peer_requests(mode):  # the same prompts as the other peers
+        prompts = [list(comp.prefix_ids + q.suffix_ids) for q in comp.questions]
+        texts: list[str] = []
+
+        def gen(prompts: list[list[int]] = prompts, texts: list[str] = texts) -> None:
+            texts[:] = [generate_text(model, run.tok, ids, run.args.max_new_tokens) for ids in prompts]
+
+        times, _ = timed(gen, run.peer_trials, f"free text {wl}", warmup=run.args.warmup)
+        parsed = [parse_answer(t, list(q.labels)) for t, q in zip(texts, comp.questions)]
+        ours = run.ours_probs.get((wl, mode, "fp32"))
+        agree = [int(np.argmax(ours[q.name])) == pi for q, pi in zip(comp.questions, parsed)] if ours else []
+        med = float(np.median(times))
+        run.record("free_text", wl, times, tokens_logical=sum(map(len, prompts)), texts=texts,
+                   parsed=sum(x is not None for x in parsed), agree_with_ours=sum(agree),
+                   questions=len(parsed), requests_per_s=round(1 / med, 3))
+
+
+def run_transformers_peers(run: Run, peers: set[str], mode: str) -> None:
+    """Load the GGUF in transformers once, then the reference and free-text peers."""
+    run.rss.phase("transformers_load")
+    if run.gguf is None:
+        run.res["skipped"]["transformers"] = "no GGUF for this export: the reference needs the same weights"
+        return
+    import torch
+
+    torch.set_num_threads(run.args.threads)
+    t0 = time.perf_counter()
+    model = load_torch_model(run.gguf)
+    run.res["transformers_load_s"] = round(time.perf_counter() - t0, 1)
+    if "reference" in peers:
+        run_reference(run, model, mode)
+    if "free_text" in peers:
+        run_free_text(run, model, mode)
+    del model
+    gc.collect()
+
+
+def run_llama_cpp(run: Run, mode: str) -> None:
+    """llama-cpp-python on the GGUF, with and without its own prefix reuse."""
+    run.rss.phase("llama_cpp")
+    if run.args.llama_site and Path(run.args.llama_site).is_dir():
+        sys.path.append(run.args.llama_site)
+    try:
+        import llama_cpp  # noqa: F401
+    except Exception as e:  # ImportError, or a broken shared library
+        run.res["skipped"]["llama_cpp"] = f"import llama_cpp failed: {type(e).__name__}: {e}"
+        return
+    if run.gguf is None:
+        run.res["skipped"]["llama_cpp"] = "no GGUF for this export"
+        return
+    longest = max(len(c) for comp in run.compiled.values() for c in readout_plan(comp).contexts)
+    lc = LlamaCpp(run.gguf, run.args.threads, n_ctx=longest + 16)
+    run.res["llama_cpp_version"] = lc.version
+    for wl, comp in run.peer_requests(mode):
+        plan = readout_plan(comp)
+        ctx, allowed = list(plan.contexts), list(plan.allowed)
+        for reuse in (False, True):
+            times, (logits, computed) = timed(lambda c=ctx, a=allowed, r=reuse: lc.logits(c, a, r),
+                                              run.peer_trials, f"llama.cpp reuse={reuse} {wl}",
+                                              before=lambda: lc.llm.reset(), warmup=run.args.warmup)
+            dp = run.max_abs_dp(wl, mode, probabilities_from(plan, logits))
+            med = float(np.median(times))
+            run.record(f"llama_cpp{'_prefix-reuse' if reuse else ''}", wl, times, tokens_computed=computed,
+                       requests_per_s=round(1 / med, 3), max_abs_dp_vs_ours_fp32_q4_weights=dp)
+
+
+def finish(run: Run, mode: str, t_start: float) -> None:
+    """Peak memory, wall time, ratios; write the results, print the table and the ratios line."""
+    res = run.res
+    run.rss.stop()
+    res["peak_rss_mb"] = {k: round(v / 2 ** 20) for k, v in run.rss.peaks.items()}
     res["ru_maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     res["load_avg_end"] = os.getloadavg()
     res["wall_s"] = round(time.time() - t_start, 1)
-    res["ratios"] = ratios(res, names_mode)
-    out.write_text(json.dumps(res, indent=1, default=float) + "\n")
+    res["ratios"] = ratios(res, mode)
+    run.out.write_text(json.dumps(res, indent=1, default=float) + "\n")
     print_table(res)
     print(json.dumps(res["ratios"], separators=(",", ":")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    t_start = time.time()
+    args = _parser().parse_args(argv)
+    peers = set(args.peers.split(","))
+    run = start_run(args)
+    if "ours" in peers and run.reqs:
+        run_ours(run)
+        run_profiles(run)
+    mode0 = args.modes.split(",")[0]
+    names_mode = "names" if any(m == "names" for (_, m) in run.compiled) else mode0
+    if peers & {"reference", "free_text"} and run.reqs:
+        run_transformers_peers(run, peers, names_mode)
+    if "llama_cpp" in peers and run.reqs:
+        run_llama_cpp(run, names_mode)
+        gc.collect()
+    if "W5" in run.wl_names:  # concurrent HTTP clients against `typed-decisions serve`
+        run.rss.phase("W5")
+        w5_dir = run.fp32_dir if run.w5_dtype == "fp32" else run.int8_dir
+        run_w5(args, w5_dir, run.w5_dtype, mode0, run.tok, run.res["model"], run.res["results"], run.save_partial)
+    finish(run, names_mode, t_start)
     return 0
 
 

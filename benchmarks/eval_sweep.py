@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from typed_decisions.calibration import accuracy, ece, macro_f1
-from typed_decisions.datasets import DATASETS, load_dataset
+from typed_decisions.calibration import TypeCalibration
 from typed_decisions.decider import Decider
-from typed_decisions.calibration import fit_temperature
-from typed_decisions.evaluation import (TypeCalibration, _apply, calibration_fit, collect_probabilities,
-                                        content_free_probabilities, metrics)
+from typed_decisions.evaluation.datasets import DATASETS, load_dataset
+from typed_decisions.evaluation.fitting import apply_calibration, calibration_fit, fit_temperature
+from typed_decisions.evaluation.metrics import accuracy, ece, macro_f1, metrics
+from typed_decisions.evaluation.run import collect_probabilities, content_free_probabilities
 
 METRICS = {"accuracy": accuracy, "macro_f1": lambda p, g: macro_f1([int(np.argmax(x)) for x in p], g), "ece": ece}
 
@@ -94,7 +94,7 @@ def analyse(cell: dict[str, Any], boot_idx: np.ndarray) -> dict[str, Any]:
     cf = np.asarray(cell["content_free"])
     for name, v in fit["variants"].items():
         tc = TypeCalibration(temperature=v["temperature"], contextual=v["contextual"])
-        samples = bootstrap(_apply(tp, tc, cf), tg, boot_idx)
+        samples = bootstrap(apply_calibration(tp, tc, cf), tg, boot_idx)
         v["test_ci95"] = {m: interval(s) for m, s in samples.items()}
         v["_samples"] = samples
     counts = np.bincount(tg, minlength=len(cell["options"]))
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         fg = [g for k in others for g in raw[k]["fit"]["gold"]]
         t = fit_temperature(fp, fg)
         tp = [np.asarray(x) for x in raw[key]["test"]["probabilities"]]
-        calibrated, tg = _apply(tp, TypeCalibration(temperature=t), None), raw[key]["test"]["gold"]
+        calibrated, tg = apply_calibration(tp, TypeCalibration(temperature=t), None), raw[key]["test"]["gold"]
         m = metrics(calibrated, tg, qtype=r["type"])
         samples = bootstrap(calibrated, tg, r["_idx"])
         r["variants"]["transfer"] = {"temperature": t, "contextual": False, "fitted_on": [results[k]["dataset"] for k in others],

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
+from td_optional import fast_tier
 
 
 # --- typed_decisions.models (tests/test_models.py) ------------------------------------------------
@@ -18,15 +23,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run tests marked slow (the 1.5B default-model export, ~20 min, ~12 GB)")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    import os
+# --- the two tiers ---------------------------------------------------------------------------------
+# `model`: a test that needs a real model, an export, torch or a PyPI download. Modules that are all
+# model tests say so with `pytestmark`; as a safety net, every test that requests one of these
+# fixtures (or lives under tests/export/, or is marked `pypi`) gets the mark here too, so
+# `pytest -m "not model"` (the fast tier) never builds a model.
+MODEL_FIXTURES = frozenset({"tiny_gguf", "tiny_model_dir", "tiny_decider", "tiny_torch", "tiny_folders",
+                            "tiny_exports", "smollm2_gguf", "smollm2_export"})
+EXPORT_TESTS = Path(__file__).parent / "export"
 
+
+def _needs_model(item: pytest.Item) -> bool:
+    return (bool(MODEL_FIXTURES & set(getattr(item, "fixturenames", ())))
+            or EXPORT_TESTS in Path(str(item.path)).parents or "pypi" in item.keywords)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _needs_model(item) and "model" not in item.keywords:
+            item.add_marker(pytest.mark.model)
     if config.getoption("--run-slow") or os.environ.get("TYPED_DECISIONS_RUN_SLOW"):
         return
     skip = pytest.mark.skip(reason="slow: opt in with --run-slow (or TYPED_DECISIONS_RUN_SLOW=1)")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The fast tier promises no torch: fail the run if anything imported it."""
+    if fast_tier(session.config) and {"torch", "transformers"} & set(sys.modules):
+        writer = session.config.get_terminal_writer()
+        writer.line()
+        writer.line(
+            "fast tier (-m 'not model'): torch or transformers was imported; mark the test that needs "
+            "it with @pytest.mark.model", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

@@ -7,19 +7,9 @@ import numpy as np
 import pydantic
 import pytest
 
-from typed_decisions.calibration import (
-    CalibrationFile,
-    TypeCalibration,
-    accuracy,
-    apply_temperature,
-    brier,
-    calibrate,
-    contextual_calibrate,
-    ece,
-    fit_temperature,
-    macro_f1,
-    nll,
-)
+from typed_decisions.calibration import CalibrationFile, TypeCalibration, apply_temperature, calibrate, contextual_calibrate
+from typed_decisions.evaluation.fitting import fit_temperature
+from typed_decisions.evaluation.metrics import accuracy, brier, ece, macro_f1, nll
 
 # -----------------------------------------------------------------------------
 # transforms

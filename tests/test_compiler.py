@@ -1,19 +1,27 @@
-"""Prompt compiler, tokenization and label paths on the tiny real model's tokenizer and template."""
+"""Prompt compiler, tokenization and label paths, on two tokenizers with a ChatML template: the
+in-memory byte-level BPE of tests/td_tokenizer.py (fast tier: no model, no torch) and the tiny real
+model's (SmolLM2-135M, marked ``model``). Every test runs on both."""
 
 from __future__ import annotations
 
 import pytest
+import td_tokenizer
 
 from typed_decisions.compiler import Compiler
 from typed_decisions.decider import parse_request
 from typed_decisions.errors import ContextTooLongError, TokenizerBoundaryError
 from typed_decisions.labels import build_label_paths
-from typed_decisions.tokenization import ChatTemplate, TextTokenizer
+from typed_decisions.tokenization import ChatTemplate
 
 
-@pytest.fixture(scope="module")
-def parts(tiny_decider):
-    return tiny_decider.tokenizer, tiny_decider.template, tiny_decider.compiler
+@pytest.fixture(scope="module", params=["bpe", pytest.param("smollm2", marks=pytest.mark.model)])
+def parts(request):
+    if request.param == "bpe":
+        tok = td_tokenizer.text_tokenizer()
+        template = td_tokenizer.chat_template(tok)
+        return tok, template, Compiler(tok, template)
+    decider = request.getfixturevalue("tiny_decider")
+    return decider.tokenizer, decider.template, decider.compiler
 
 
 def request(state="I was charged twice.", **questions):

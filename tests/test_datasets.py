@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from typed_decisions import datasets as ds
+from typed_decisions.evaluation import datasets as ds
 from typed_decisions.errors import ModelIntegrityError
 
 

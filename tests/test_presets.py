@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from typed_decisions import presets
+from typed_decisions.evaluation import presets
 from typed_decisions.errors import InvalidRequestError
-from typed_decisions.presets import PresetError, content_hash, decide_action, load_preset
+from typed_decisions.evaluation.presets import PresetError, content_hash, decide_action, load_preset
 
 
 def test_every_shipped_preset_matches_its_registered_version():
@@ -22,7 +22,7 @@ def test_every_shipped_preset_matches_its_registered_version():
         data = json.loads((presets._folder() / f"{name}.json").read_text())
         assert registry[name].get(str(data["version"])) == content_hash(data), (
             f"{name}.json changed without a version bump: bump 'version' and add "
-            f"`typed-decisions presets hash {name}` to presets/_registry.json")
+            f"`typed-decisions presets hash {name}` to presets_data/_registry.json")
         preset = load_preset(name)
         assert preset.name == name and preset.question_spec().type == preset.question.type
 

@@ -1,8 +1,8 @@
 """HTTP server (typed_decisions.server): status codes, bodies, batching, metrics, the real SDK.
 
 Two kinds of test, as the module's two dependencies suggest:
-- fast unit tests against ``FakeDecider`` (same interface as ``Decider``: ``name``, ``run_many``,
-  ``engine.stats``), for every status code and header the hosted API defines;
+- fast unit tests against the shared ``td_fakes.FakeDecider`` (same interface as ``Decider``:
+  ``name``, ``run_many``, ``engine.stats``), for every status code and header the hosted API defines;
 - integration tests with the tiny real export (``tiny_decider``) and with typesafe-sdk 0.7.5 (sync
   and async clients) against a live uvicorn on 127.0.0.1; micro-batched probabilities are compared
   with one-by-one ones.
@@ -13,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
-import hashlib
 import json
-import math
 import os
 import signal
 import socket
@@ -24,25 +22,24 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 
-pytest.importorskip("fastapi")
-zstandard = pytest.importorskip("zstandard")
+from td_optional import require  # noqa: E402
 
+require("fastapi", "pip install 'typed-decisions-runtime[server]'")
+zstandard = require("zstandard", "pip install 'typed-decisions-runtime[server]'")
+
+import td_fakes  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from typed_decisions.decider import parse_request  # noqa: E402
-from typed_decisions.errors import ContextTooLongError, TokenizerBoundaryError  # noqa: E402
-from typed_decisions.schema import (ChoiceAnswer, DecisionResponse, NoulAnswer,  # noqa: E402
-                                    ScoreAnswer, Usage)
-from typed_decisions.server import ServerSettings, create_app, load_api_keys, state_sha256  # noqa: E402
-from typed_decisions.server_batching import answer_each  # noqa: E402
+from typed_decisions.evaluation.presets import load_preset  # noqa: E402
+from typed_decisions.schema import json_sha256  # noqa: E402
+from typed_decisions.server import ServerSettings, create_app, load_api_keys  # noqa: E402
+from typed_decisions.server.batching import answer_each  # noqa: E402
 
 RID = "x-typesafe-request-id"
 
@@ -66,81 +63,11 @@ def _request(state: str = REQUEST["state"], **changes: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the fake decider
 
 
-@dataclass
-class _Stats:
-    tokens_computed: int = 0
-    tokens_logical: int = 0
-    cache_hits: int = 0
-    cache_misses: int = 0
+class FakeDecider(td_fakes.FakeDecider):
+    """The shared fake (tests/td_fakes.py) under the name these tests address: ``fake-model``."""
 
-
-def _probs(*key: str, n: int) -> list[float]:
-    """Deterministic pseudo-probabilities from a hash (what a model would be, for the fake)."""
-    z = [int(hashlib.sha256("|".join(key + (str(i),)).encode()).hexdigest()[:6], 16) / 2**24 * 4
-         for i in range(n)]
-    e = [math.exp(v) for v in z]
-    return [v / sum(e) for v in e]
-
-
-class FakeDecider:
-    """``Decider``'s interface without a model. Options named ``<boundary>`` raise a tokenizer-
-    boundary error, states over 2000 characters a context error; ``gate`` holds the engine."""
-
-    name = "fake-model"
-
-    def __init__(self, delay: float = 0.0):
-        self.delay = delay
-        self.engine = SimpleNamespace(stats=_Stats())
-        self.calls: list[int] = []
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-        self.fail_with: Exception | None = None
-
-    def run_many(self, requests: list[Any]) -> list[DecisionResponse]:
-        parsed = [parse_request(r) for r in requests]
-        for r in parsed:  # "compile" first, as the real decider does
-            if isinstance(r.state, str) and len(r.state) > 2000:
-                raise ContextTooLongError("the prompt is too long", ("questions", next(iter(r.questions))))
-            for name, q in r.questions.items():
-                if q.type == "choice" and "<boundary>" in q.criteria:
-                    raise TokenizerBoundaryError("label '<boundary>' merges with the next token",
-                                                 ("questions", name, "criteria", "<boundary>"))
-        self.entered.set()
-        self.gate.wait(10)
-        if self.fail_with is not None:
-            raise self.fail_with
-        time.sleep(self.delay)
-        self.calls.append(len(parsed))
-        out = []
-        for r in parsed:
-            state = json.dumps(r.state)
-            answers: dict[str, Any] = {}
-            for name, q in r.questions.items():
-                if q.type == "noul":
-                    answers[name] = NoulAnswer(noul=_probs(state, name, n=2)[0])
-                elif q.type == "choice":
-                    opts = list(q.criteria)
-                    p = _probs(state, name, n=len(opts))
-                    best = max(range(len(p)), key=p.__getitem__)
-                    answers[name] = ChoiceAnswer(choice=opts[best], confidence=p[best],
-                                                 probabilities=dict(zip(opts, p)))
-                else:
-                    p = _probs(state, name, n=len(q.criteria))
-                    answers[name] = ScoreAnswer(
-                        score=sum(i * x for i, x in enumerate(p)), confidence=max(p),
-                        legend={str(i): c for i, c in enumerate(q.criteria)},
-                        probabilities={str(i): x for i, x in enumerate(p)})
-            tokens = len(state) // 4 * len(r.questions)
-            self.engine.stats.tokens_logical += tokens
-            self.engine.stats.tokens_computed += tokens // 2
-            self.engine.stats.cache_misses += 1
-            out.append(DecisionResponse(model=self.name, answers=answers,
-                                        usage=Usage(input_tokens=tokens, output_tokens=0)))
-        return out
-
-    def run(self, request: Any) -> DecisionResponse:
-        return self.run_many([request])[0]
+    def __init__(self, **kw: Any):
+        super().__init__(name="fake-model", **kw)
 
 
 @contextlib.contextmanager
@@ -422,6 +349,85 @@ def test_shutdown_finishes_in_flight_and_refuses_new_with_503():
     assert finished.status_code == 200
 
 
+# --------------------------------------------------------------------------- the preset route
+
+
+PRESET_STATE = {"state": "I was charged twice this month, please refund me."}
+
+
+def test_preset_route_goes_through_the_batcher_with_its_label_mode():
+    fake = FakeDecider(delay=0.05)
+    app = create_app(fake, settings=ServerSettings(max_batch=8, max_wait_ms=50))
+
+    async def scenario(client):
+        return await asyncio.gather(
+            client.post("/v1/systemone", json=_request("a decision request")),
+            client.post("/v1/presets/support-ticket-routing", json=PRESET_STATE),
+            client.post("/v1/presets/support-ticket-routing",
+                        json={**PRESET_STATE, "params": {"label_mode": "letters"}}))
+
+    responses = asyncio.run(_live(app, scenario))
+    assert [r.status_code for r in responses] == [200, 200, 200], [r.text for r in responses]
+    # After the self-test (1 request, default mode): one engine call per label mode present.
+    assert sorted(zip(fake.calls[1:], map(str, fake.label_modes[1:]))) == [(1, "letters"), (2, "None")]
+    body = responses[1].json()
+    answer = body["answers"]["team"]
+    expected = FakeDecider().run(
+        {"model": "fake-model", "state": PRESET_STATE["state"],
+         "questions": {"team": load_preset("support-ticket-routing").question_spec().question()}})
+    assert answer == expected.answers["team"].model_dump(exclude_none=True)
+    assert body["act"]["probability"] == max(answer["probabilities"].values())
+
+
+def test_preset_route_queue_full_is_429_and_counts_in_flight():
+    fake = FakeDecider()
+    app = create_app(fake, settings=ServerSettings(max_batch=1, max_wait_ms=0, queue_size=1))
+    service = app.state.service
+
+    async def scenario(client):
+        fake.gate.clear()                                           # after the start-up self-test
+        fake.entered.clear()
+        first = asyncio.create_task(client.post("/v1/presets/sms-spam", json=PRESET_STATE))
+        await asyncio.to_thread(fake.entered.wait, 5)              # the engine holds request 1
+        queued = asyncio.create_task(client.post("/v1/presets/sms-spam", json=PRESET_STATE))
+        await asyncio.sleep(0.05)
+        in_flight = service.in_flight
+        refused = await client.post("/v1/presets/sms-spam", json=PRESET_STATE)
+        fake.gate.set()
+        return refused, in_flight, await asyncio.gather(first, queued)
+
+    refused, in_flight, done = asyncio.run(_live(app, scenario))
+    assert in_flight == 2
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert "queue is full" in _detail(refused)[0]["msg"]
+    assert [r.status_code for r in done] == [200, 200]
+
+
+def test_preset_route_drains_on_shutdown_and_writes_an_audit_line(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    fake = FakeDecider()
+    app = create_app(fake, settings=ServerSettings(audit_log=log))
+    service = app.state.service
+
+    async def scenario(client):
+        fake.gate.clear()
+        fake.entered.clear()
+        inflight = asyncio.create_task(client.post("/v1/presets/sms-spam", json=PRESET_STATE))
+        await asyncio.to_thread(fake.entered.wait, 5)
+        service.begin_shutdown()
+        refused = await client.post("/v1/presets/sms-spam", json=PRESET_STATE)
+        fake.gate.set()
+        return refused, await inflight
+
+    refused, finished = asyncio.run(_live(app, scenario))
+    assert refused.status_code == 503 and "shutting down" in _detail(refused)[0]["msg"]
+    assert finished.status_code == 200
+    (line,) = map(json.loads, log.read_text().splitlines())
+    assert line["preset"] == {"name": "sms-spam", "version": 1} and line["status"] == 200
+    assert line["questions"] == {"spam": "noul"} and line["answers"] == finished.json()["answers"]
+    assert line["state_sha256"] == json_sha256(PRESET_STATE["state"]) and line["request_id"] == finished.headers[RID]
+
+
 def test_loading_in_background_healthz_up_readyz_503():
     release = threading.Event()
 
@@ -498,7 +504,7 @@ def test_audit_log_has_hashes_not_state_or_keys(tmp_path):
     first, second = map(json.loads, text.splitlines())
     assert "sk-secret" not in text and "charged twice" not in text
     assert first["request_id"] == ok.headers[RID] and first["caller"] == "alice"
-    assert first["state_sha256"] == state_sha256(REQUEST["state"]) and first["status"] == 200
+    assert first["state_sha256"] == json_sha256(REQUEST["state"]) and first["status"] == 200
     assert first["questions"] == {"team": "choice", "urgent": "noul", "severity": "score"}
     assert first["answers"] == ok.json()["answers"] and first["latency_ms"] >= 0
     assert second["caller"] == "billing-bot" and second["status"] == 404 and second["answers"] is None
@@ -561,7 +567,7 @@ def _check_sdk_response(result, decider_name: str) -> None:
 
 def _sdk_client_suite(decider: Any, state: str, n_async: int = 3) -> dict[str, Any]:
     """Sync + async SDK clients, with and without zstd; error classes. Returns the answers."""
-    sdk = pytest.importorskip("typesafe_sdk")
+    sdk = require("typesafe_sdk", "pip install 'typed-decisions-runtime[test]'")
     no_retry = sdk.RetryPolicy(max_retries=0)
     answers = {}
     with live_server(decider, api_keys={"sk-test": "tests"}) as url:
@@ -611,9 +617,18 @@ def test_sdk_against_fake_model():
 def test_sdk_against_tiny_real_model(tiny_decider):
     long_state = "I was charged twice for my subscription this month. " * 30
     answers = _sdk_client_suite(tiny_decider, long_state, n_async=2)
-    for name in ("team", "urgent", "severity"):
-        a, b, c = (answers[k][name] for k in ("sync-zstd", "sync-False", "async"))
-        assert a.keys() == b.keys() == c.keys()
+    sdk = require("typesafe_sdk")
+    questions = {k: q.model_dump(mode="json", exclude_none=True) if hasattr(q, "model_dump") else q
+                 for k, q in _sdk_questions(sdk).items()}
+    want = tiny_decider.run({"model": tiny_decider.name, "state": long_state,
+                             "questions": questions}).model_dump(mode="json")
+    for path in ("sync-zstd", "sync-False", "async"):
+        got = {"answers": answers[path]}
+        assert set(got["answers"]) == set(want["answers"]), path
+        for name, probs in _probabilities(want).items():  # the in-process Decider's answers
+            assert _probabilities(got)[name] == pytest.approx(probs, abs=1e-5), (path, name)
+        assert got["answers"]["team"]["choice"] == want["answers"]["team"]["choice"]
+        assert got["answers"]["severity"]["score"] == pytest.approx(want["answers"]["severity"]["score"], abs=1e-5)
 
 
 def _probabilities(body: dict[str, Any]) -> dict[str, Any]:

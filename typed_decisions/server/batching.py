@@ -1,14 +1,15 @@
 """Micro-batching for the HTTP server: requests that arrive together share ONE engine call.
 
-``server.py`` owns HTTP (auth, bodies, errors, metrics); this module owns only the queue between
-the event loop and the single engine thread::
+``app.py`` and ``service.py`` own HTTP (auth, bodies, errors, metrics); this module owns only the
+queue between the event loop and the single engine thread::
 
     handler ─ submit() ─▶ bounded queue ─ worker (event loop) ─ up to max_batch requests, or what
     arrived within max_wait_s of the first ─▶ run_many(batch) on the engine thread ─▶ futures
 
 The engine runs on one worker thread (ONNX Runtime releases the GIL, so the event loop stays free
-to accept and validate requests meanwhile). Batching changes only which requests share the engine
-call, never the answers: ``Decider.run_many`` computes each request as it would alone. A request
+to accept and validate requests meanwhile). Batching decides which requests share an engine call;
+the answers do not depend on it (``Decider.run_many`` computes each request as it would alone),
+and the tests check it: micro-batched answers are compared with one-by-one ones. A request
 that fails inside a batch (a tokenizer-boundary label, a prompt over the token limit) must not fail
 its batch-mates, so a failed batch is re-run one request at a time and each request gets its own
 answer or its own error. Compilation fails before any engine work, so the retry costs little.
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
-from .errors import ServerBusyError
+from ..errors import ServerBusyError
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -75,7 +76,6 @@ class MicroBatcher(Generic[In, Out]):
         self.on_batch = on_batch
         self._queue: collections.deque[tuple[In, asyncio.Future[Out]]] = collections.deque()
         self._arrived = asyncio.Event()
-        self._running = 0                     # requests inside the current engine call
         self._batch_s = 0.05                  # running mean of one engine call, for retry-after
         self._task: asyncio.Task[None] | None = None
 
@@ -83,10 +83,6 @@ class MicroBatcher(Generic[In, Out]):
     def depth(self) -> int:
         """Requests waiting for the engine (not counting the batch being computed)."""
         return len(self._queue)
-
-    @property
-    def busy(self) -> bool:
-        return bool(self._queue) or self._running > 0
 
     def retry_after_s(self) -> float:
         """A guess at when the queue has room again: the batches ahead × one call's duration."""
@@ -150,7 +146,6 @@ class MicroBatcher(Generic[In, Out]):
             batch = await self._gather()
             if not batch:
                 continue
-            self._running = len(batch)
             t0 = time.perf_counter()
             try:
                 results = await loop.run_in_executor(
@@ -161,8 +156,6 @@ class MicroBatcher(Generic[In, Out]):
                 raise
             except Exception as e:  # noqa: BLE001 - the executor itself failed (shut down)
                 results = [e] * len(batch)
-            finally:
-                self._running = 0
             seconds = time.perf_counter() - t0
             self._batch_s = 0.8 * self._batch_s + 0.2 * seconds
             if self.on_batch is not None:

@@ -1,33 +1,36 @@
 """Versioned question presets: a worded question plus a policy for acting on its answer.
 
-A preset is a JSON data file in ``typed_decisions/presets/`` (name, version, description, the
-question as an ``evaluation.QuestionSpec`` whose options may carry ``threshold`` and
+A preset is a JSON data file in ``typed_decisions/evaluation/presets_data/`` (name, version,
+description, the question as a ``spec.QuestionSpec`` whose options may carry ``threshold`` and
 ``never_auto``, and a default ``policy.threshold``). Wording is part of the contract: answers and
-evaluation numbers hold for one version, so ``presets/_registry.json`` records the content hash of
-every released version::
+evaluation numbers hold for one version, so ``presets_data/_registry.json`` records the content
+hash of every released version::
 
     {"sms-spam": {"1": "<sha256 of the canonical JSON of version 1>"}, ...}
 
 and ``load_preset`` refuses a shipped preset whose content does not match the hash registered for
 its declared version (an edit without a version bump). Canonical JSON: ``json.dumps(obj,
 sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` of the parsed file, so whitespace and
-key order do not matter. ``typed-decisions presets hash NAME`` prints the line to add after a bump.
+key order do not matter (``schema.json_sha256``). ``typed-decisions presets hash NAME`` prints the
+line to add after a bump.
 
 Acting automatically (``policy``): with p the (calibrated, if the Decider has a file) option
 probabilities and o* = argmax p,
 
     act  iff  not never_auto(o*)  and  p[o*] >= threshold(o*)      threshold(o) = option's own, else the preset's
 
-``answer_preset`` is what the server's preset endpoint calls.
+``threshold`` always means this, here and in the LangChain router: a bound on p* = p[o*], the
+chosen option's probability (not on a confidence formula).
+
+``answer_preset`` asks a preset's question in process; the server's preset endpoint runs its two
+steps (``prepare_preset``, then ``PresetCall.result``) around the micro-batcher.
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
-import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,15 +38,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .compiler import LABEL_MODES
-from .errors import InvalidRequestError, TypedDecisionsError
-from .evaluation import OptionSpec, QuestionSpec
+from ..compiler import LABEL_MODES, LabelMode
+from ..errors import InvalidRequestError, TypedDecisionsError
+from ..schema import DecisionResponse, json_sha256
+from .spec import OptionSpec, QuestionSpec
 
 if TYPE_CHECKING:
-    from .decider import Decider
+    from ..decider import Decider
 
 __all__ = ["Preset", "PresetOption", "PresetQuestion", "Policy", "PresetError", "load_preset", "list_presets",
-           "content_hash", "answer_preset", "decide_action", "main_presets"]
+           "content_hash", "answer_preset", "decide_action", "preset_file", "PresetCall", "prepare_preset"]
 
 REGISTRY = "_registry.json"
 PARAMS = ("label_mode", "threshold")  # the params answer_preset accepts
@@ -84,17 +88,21 @@ class Preset(BaseModel):
 
 
 def content_hash(data: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of a preset's parsed content.
+    """sha256 of the canonical JSON of a preset's parsed content (``schema.json_sha256``).
 
     >>> content_hash({"b": 1, "a": "é"}) == content_hash({"a": "é", "b": 1})
     True
     """
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return json_sha256(data)
 
 
 def _folder() -> Path:
-    return Path(str(resources.files("typed_decisions") / "presets"))
+    return Path(str(resources.files("typed_decisions.evaluation") / "presets_data"))
+
+
+def preset_file(name: str) -> Path:
+    """Where a shipped preset's JSON lives (whether or not it exists)."""
+    return _folder() / f"{name}.json"
 
 
 def _registry() -> dict[str, dict[str, str]]:
@@ -122,7 +130,7 @@ def load_preset(name: str | Path) -> Preset:
         return _parse(json.loads(path.read_text(encoding="utf-8")), str(path))
     if str(name) not in list_presets():
         raise PresetError(f"unknown preset {str(name)!r}; shipped: {', '.join(list_presets())} (or give a .json path)")
-    data = json.loads((_folder() / f"{name}.json").read_text(encoding="utf-8"))
+    data = json.loads(preset_file(str(name)).read_text(encoding="utf-8"))
     preset = _parse(data, f"preset {name}")
     if preset.name != name:
         raise PresetError(f"preset file {name}.json declares name {preset.name!r}; they must agree")
@@ -132,7 +140,7 @@ def load_preset(name: str | Path) -> Preset:
         raise PresetError(
             f"preset {name!r} version {preset.version} does not match the hash registered for that version "
             f"({registered or 'none registered'}; content is {actual}). Wording changes need a new version: "
-            f"bump 'version' and add the hash to presets/{REGISTRY} (typed-decisions presets hash {name})")
+            f"bump 'version' and add the hash to presets_data/{REGISTRY} (typed-decisions presets hash {name})")
     return preset
 
 
@@ -154,14 +162,39 @@ def decide_action(preset: Preset, probs: np.ndarray, threshold: float | None = N
     return {"auto": auto, "option": opt.name, "probability": p, "threshold": t, "reason": reason}
 
 
-def answer_preset(decider: Decider, preset_name: str, state: Any,
-                  params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Ask a preset's question about ``state``: {answers, act, preset, preset_version, model}.
+@dataclass(frozen=True)
+class PresetCall:
+    """A preset question made ready for the decider: the wire request, its label mode, and the
+    threshold override to apply to the answer (``prepare_preset`` builds it, ``result`` reads the
+    answer). The server queues ``request`` like any ``/v1/systemone`` request."""
 
-    ``params``: ``label_mode`` ("auto" | "names" | "letters"), ``threshold`` (overrides the preset's default).
-    Only shipped preset names are accepted (never a path); bad names and params raise
+    preset: Preset
+    request: dict[str, Any]
+    label_mode: LabelMode | None
+    threshold: float | None
+
+    def result(self, response: DecisionResponse) -> dict[str, Any]:
+        """{answers, act, preset, preset_version, model} from the decider's response."""
+        spec = self.preset.question_spec()
+        ans = response.answers[spec.name]
+        if spec.type == "noul":
+            probs = np.array([ans.noul, 1.0 - ans.noul])  # type: ignore[union-attr]
+        elif spec.type == "choice":
+            probs = np.array([ans.probabilities[o] for o in spec.option_names])  # type: ignore[union-attr]
+        else:
+            probs = np.array([ans.probabilities[str(i)] for i in range(len(spec.options))])  # type: ignore[union-attr]
+        return {"answers": {k: a.model_dump(exclude_none=True) for k, a in response.answers.items()},
+                "act": decide_action(self.preset, probs, self.threshold), "preset": self.preset.name,
+                "preset_version": self.preset.version, "model": response.model}
+
+
+def prepare_preset(model: str, preset_name: str, state: Any,
+                   params: Mapping[str, Any] | None = None) -> PresetCall:
+    """Check the name and params, load the preset, build its wire request for ``model``.
+
+    ``params``: ``label_mode`` ("auto" | "names" | "letters"), ``threshold`` (overrides the preset's
+    default). Only shipped preset names are accepted (never a path); bad names and params raise
     ``InvalidRequestError`` (HTTP 422) naming the field.
-    Calibration is the Decider's (a Decider built with a calibration file applies it here too).
     """
     params = dict(params or {})
     unknown = sorted(set(params) - set(PARAMS))
@@ -177,51 +210,17 @@ def answer_preset(decider: Decider, preset_name: str, state: Any,
         raise InvalidRequestError(f"params.threshold must be a number in [0, 1], got {threshold!r}", ("params", "threshold"))
     preset = load_preset(preset_name)
     spec = preset.question_spec()
-    request = {"model": decider.name, "state": state, "questions": {spec.name: spec.question()}}
-    response = decider.run(request, label_mode=params.get("label_mode"))
-    ans = response.answers[spec.name]
-    if spec.type == "noul":
-        probs = np.array([ans.noul, 1.0 - ans.noul])  # type: ignore[union-attr]
-    elif spec.type == "choice":
-        probs = np.array([ans.probabilities[o] for o in spec.option_names])  # type: ignore[union-attr]
-    else:
-        probs = np.array([ans.probabilities[str(i)] for i in range(len(spec.options))])  # type: ignore[union-attr]
-    return {"answers": {k: a.model_dump(exclude_none=True) for k, a in response.answers.items()},
-            "act": decide_action(preset, probs, threshold), "preset": preset.name,
-            "preset_version": preset.version, "model": response.model}
+    request = {"model": model, "state": state, "questions": {spec.name: spec.question()}}
+    return PresetCall(preset=preset, request=request, label_mode=params.get("label_mode"), threshold=threshold)
 
 
-def main_presets(argv: list[str]) -> int:
-    """``typed-decisions presets list | show NAME | hash NAME | answer NAME --model DIR [STATE | -]``."""
-    p = argparse.ArgumentParser(prog="typed-decisions presets", description="Versioned question presets.")
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="shipped presets with their versions")
-    sub.add_parser("show", help="print a preset's JSON").add_argument("name")
-    sub.add_parser("hash", help="print a preset file's content hash (for the registry)").add_argument("name")
-    pa = sub.add_parser("answer", help="ask a preset's question about a state")
-    pa.add_argument("name")
-    pa.add_argument("state", nargs="?", default="-", help="the state text; '-' or nothing reads stdin")
-    pa.add_argument("--model", required=True, type=Path)
-    pa.add_argument("--labels", choices=LABEL_MODES, default=None)
-    pa.add_argument("--calibration", type=Path, default=None)
-    pa.add_argument("--threshold", type=float, default=None)
-    pa.add_argument("--threads", type=int, default=None)
-    args = p.parse_args(argv)
-    if args.command == "list":
-        for n in list_presets():
-            pr = load_preset(n)
-            print(f"{pr.name:<24} v{pr.version}  {pr.question.type:<6}  {pr.description}")
-    elif args.command == "show":
-        print(load_preset(args.name).model_dump_json(indent=2, exclude_none=True))
-    elif args.command == "hash":
-        path = Path(args.name) if args.name.endswith(".json") else _folder() / f"{args.name}.json"
-        data = json.loads(path.read_text(encoding="utf-8"))
-        print(json.dumps({data["name"]: {str(data["version"]): content_hash(data)}}))
-    else:
-        from .decider import Decider
+def answer_preset(decider: Decider, preset_name: str, state: Any,
+                  params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Ask a preset's question about ``state``: {answers, act, preset, preset_version, model}.
 
-        state = sys.stdin.read() if args.state == "-" else args.state
-        decider = Decider.from_dir(args.model, threads=args.threads, calibration=args.calibration)
-        params = {k: v for k, v in (("label_mode", args.labels), ("threshold", args.threshold)) if v is not None}
-        print(json.dumps(answer_preset(decider, args.name, state, params), indent=2, ensure_ascii=False))
-    return 0
+    ``params`` as in ``prepare_preset``. Calibration is the Decider's (a Decider built with a
+    calibration file applies it here too). The server's preset endpoint does the same two steps
+    with the micro-batcher in between.
+    """
+    call = prepare_preset(decider.name, preset_name, state, params)
+    return call.result(decider.run(call.request, label_mode=call.label_mode))

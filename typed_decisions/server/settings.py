@@ -1,6 +1,6 @@
 """Settings of the HTTP server: one pydantic model, read from flags and ``TYPED_DECISIONS_*``.
 
-``server.py`` builds the app from a ``ServerSettings``; ``main()`` there fills it from command-line
+``app.create_app`` builds the app from a ``ServerSettings``; ``main.main()`` fills it from command-line
 flags over environment variables (flags win). API keys come from ``TYPED_DECISIONS_API_KEYS``
 (comma-separated) and/or a keys file; each key has an id, and only the id is ever logged.
 """

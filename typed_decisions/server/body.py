@@ -7,7 +7,7 @@ limit, so a 1 KB zstd bomb that would expand to gigabytes costs at most the limi
 (``BodyTooLargeError`` → 413), never the memory it asks for. Truncated or corrupt streams are
 ``BadBodyError`` (400); unknown encodings ``UnsupportedEncodingError`` (415).
 
-``server.py`` calls ``read_body`` then ``decode_body``; nothing here knows about JSON or models.
+``service.py`` calls ``read_body`` then ``decode_body``; nothing here knows about JSON or models.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator
 
-from .errors import BadBodyError, BodyTooLargeError, UnsupportedEncodingError
+from ..errors import BadBodyError, BodyTooLargeError, UnsupportedEncodingError
 
 SUPPORTED_ENCODINGS = ("zstd", "gzip", "identity")
 

@@ -27,6 +27,8 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..readout import as_probabilities
+
 __all__ = ["PermutationReport", "permutation_report", "draw_permutations"]
 
 T = TypeVar("T")
@@ -73,9 +75,14 @@ def draw_permutations(n: int, k: int, seed: int = 0) -> list[tuple[int, ...]]:
 
 
 def _check(q: ArrayLike, n: int, order: tuple[int, ...]) -> np.ndarray:
-    a = np.asarray(q, dtype=np.float64)
-    if a.shape != (n,) or not np.isfinite(a).all() or abs(a.sum() - 1.0) > 1e-6:
-        raise ValueError(f"probs_for returned {a.tolist()} for order {order}; expected {n} probabilities summing to 1")
+    """``probs_for``'s answer as n validated probabilities; the error names the order asked."""
+    try:
+        a = as_probabilities(q)
+        if a.size != n:
+            raise ValueError(f"got {a.size} probabilities")
+    except ValueError as e:
+        raise ValueError(f"probs_for returned {np.asarray(q).tolist()} for order {order}; expected {n} "
+                         f"probabilities summing to 1 ({e})") from None
     return a
 
 

@@ -6,13 +6,14 @@ Metrics (``GET /metrics``), all prefixed ``typed_decisions_``: ``http_requests_t
 engine's counters ``tokens_computed_total`` vs ``tokens_logical_total`` (their ratio is what prefix
 sharing saves) and ``prefix_cache_hits_total`` / ``prefix_cache_misses_total``.
 
-The audit log has one line per decision request: ids, caller, model, question names and types,
-answers, latency, and the sha256 of the state's canonical JSON, never the state itself nor a key.
+The audit log has one line per decision request (``/v1/systemone`` and ``/v1/presets/{name}``, the
+latter with a ``preset`` field): ids, caller, model, question names and types, answers, latency,
+and the sha256 of the state's canonical JSON (``schema.json_sha256``), never the state itself nor
+a key.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -67,7 +68,7 @@ class Metrics:
                                        registry=r)
         Gauge("typed_decisions_queue_depth", "Requests waiting for the engine",
               registry=r).set_function(queue_depth)
-        Gauge("typed_decisions_in_flight", "POST /v1/systemone requests being handled",
+        Gauge("typed_decisions_in_flight", "Decision requests being handled (/v1/systemone, /v1/presets/...)",
               registry=r).set_function(in_flight)
         r.register(_EngineCollector(engine_stats))
 
@@ -89,14 +90,4 @@ class AuditLog:
         self._file.close()
 
 
-def state_sha256(state: Any) -> str:
-    """sha256 of the state as canonical JSON (sorted keys, compact, UTF-8).
-
-    >>> state_sha256({"b": 1, "a": "x"}) == state_sha256({"a": "x", "b": 1})
-    True
-    """
-    canonical = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-__all__ = ["AuditLog", "Metrics", "state_sha256"]
+__all__ = ["AuditLog", "Metrics"]

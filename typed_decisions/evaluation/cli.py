@@ -1,0 +1,246 @@
+"""The evaluation commands: ``typed-decisions eval``, ``calibrate`` and ``presets``.
+
+Argument parsing and printing only; the work is in ``run.py`` (asking and scoring), ``fitting.py``
+(calibration fitting), ``datasets.py`` and ``presets.py``. Each ``main_*`` takes the arguments
+after its subcommand and returns the exit status (``typed_decisions.cli`` dispatches to them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..calibration import CalibrationFile, TypeCalibration
+from ..compiler import LABEL_MODES, resolve_label_mode
+from ..errors import InvalidRequestError, TypedDecisionsError
+from .datasets import get_spec, load_dataset, rows_for
+from .fitting import calibration_fit
+from .presets import answer_preset, content_hash, list_presets, load_preset, preset_file
+from .run import MATPLOTLIB_HINT, collect_probabilities, content_free_probabilities, evaluate, plot_reliability
+from .spec import QuestionSpec
+
+__all__ = ["main_calibrate", "main_eval", "main_presets", "read_jsonl"]
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    rows = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError as e:
+                raise InvalidRequestError(f"{path} line {n} is not JSON: {e}") from None
+    return rows
+
+
+def _load_spec(path: str | Path) -> QuestionSpec:
+    try:
+        return QuestionSpec.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+    except ValueError as e:
+        raise InvalidRequestError(f"question spec {path}: {e}") from None
+
+
+def _source(args: argparse.Namespace, split: str, limit: int | None
+            ) -> tuple[QuestionSpec, list[dict[str, Any]], dict[str, Any]]:
+    """(question spec, rows of the split, report metadata) from --dataset / --data + --spec / --preset."""
+    meta: dict[str, Any] = {"split": split, "limit": limit}
+    spec: QuestionSpec | None = None
+    if getattr(args, "preset", None):
+        preset = load_preset(args.preset)
+        spec = preset.question_spec()
+        meta["preset"] = {"name": preset.name, "version": preset.version}
+    if args.dataset:
+        ds = load_dataset(args.dataset, split, limit, progress=not args.quiet)  # type: ignore[arg-type]
+        meta["dataset"] = args.dataset
+        meta["source"] = get_spec(args.dataset).source
+        return spec or ds.question, ds.rows, meta
+    if not args.data:
+        raise InvalidRequestError("give --dataset NAME, or --data FILE.jsonl with --spec SPEC.json (or --preset NAME)")
+    if spec is None:
+        if not args.spec:
+            raise InvalidRequestError("--data needs --spec SPEC.json (the question and the row fields) or --preset NAME")
+        spec = _load_spec(args.spec)
+    raw = read_jsonl(args.data)
+    # rows_for dedupes and splits on the "state" key: give each row one, salted by the file's stem.
+    keyed = [{**r, "state": spec.state(r, n), "gold": r.get(spec.gold_field)} for n, r in enumerate(raw)]
+    rows = rows_for(Path(args.data).stem, keyed, split, limit)  # type: ignore[arg-type]
+    meta["data"] = str(args.data)
+    if spec.state_field != "state" or spec.gold_field != "gold":
+        spec = spec.model_copy(update={"state_field": "state", "gold_field": "gold"})
+    return spec, rows, meta
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, type=Path, help="exported model directory")
+    p.add_argument("--dataset", default=None, help="a named dataset (typed_decisions.evaluation.datasets.DATASETS)")
+    p.add_argument("--data", type=Path, default=None, help="JSONL rows (with --spec or --preset)")
+    p.add_argument("--spec", type=Path, default=None, help="question spec JSON (typed_decisions.evaluation.QuestionSpec)")
+    p.add_argument("--preset", default=None, help="ask a shipped preset's question (its version is recorded)")
+    p.add_argument("--labels", choices=LABEL_MODES, default="auto",
+                   help="label mode (default 'auto': names for choice, letters for score)")
+    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads (default: the cores this process may use)")
+    p.add_argument("--bins", type=int, default=10, help="equal-width confidence bins for ECE (default 10)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def main_eval(argv: list[str]) -> int:
+    """``typed-decisions eval``: see the module docstring and docs/evaluation.md."""
+    p = argparse.ArgumentParser(prog="typed-decisions eval", description="Evaluate a question on labelled data.")
+    _common(p)
+    p.add_argument("--split", choices=["test", "calibration", "all"], default="test")
+    p.add_argument("--limit", type=int, default=None, help="first N rows of the split (fixed hash order)")
+    p.add_argument("--calibration", type=Path, default=None, help="also report metrics after this calibration file")
+    p.add_argument("--permutations", type=int, default=0, metavar="K",
+                   help="re-ask each row under K option orders (choice questions): flip rate, TV")
+    p.add_argument("--out", type=Path, default=None, help="write the JSON report here")
+    p.add_argument("--plot", type=Path, default=None, help="write a reliability diagram (PNG; needs matplotlib)")
+    p.add_argument("--free-text", action="store_true",
+                   help="free-text generation baseline: not in the torch-free runtime (see docs/evaluation.md)")
+    args = p.parse_args(argv)
+    if args.free_text:
+        print("typed-decisions eval: --free-text needs generation, which this runtime never does; run "
+              "benchmarks/free_text_baseline.py (transformers + torch) instead. See docs/evaluation.md.",
+              file=sys.stderr)
+        return 2
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401  (fail before the long run, not after)
+        except ImportError:
+            print(f"typed-decisions eval: {MATPLOTLIB_HINT}", file=sys.stderr)
+            return 2
+    from ..decider import Decider
+
+    spec, rows, meta = _source(args, args.split, args.limit)
+    cal = CalibrationFile.load(args.calibration) if args.calibration else None
+    decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels)
+    meta["command"] = "typed-decisions eval " + " ".join(argv)
+    report = evaluate(decider, spec, rows, label_mode=args.labels, calibration=cal,
+                      permutations=args.permutations, n_bins=args.bins, progress=not args.quiet, meta=meta)
+    _print_summary(report)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        print(f"report: {args.out}")
+    if args.plot:
+        print(f"plot: {plot_reliability(report, args.plot)}")
+    return 0
+
+
+def _fmt(m: Mapping[str, Any]) -> str:
+    return (f"acc {m['accuracy']:.3f}  macro-F1 {m['macro_f1']:.3f}  NLL {m['nll']:.3f}  "
+            f"Brier {m['brier']:.3f}  ECE{m.get('ece_bins', 10)} {m['ece']:.3f}")
+
+
+def _print_summary(report: Mapping[str, Any]) -> None:
+    src = report.get("dataset") or report.get("data")
+    print(f"{src} [{report.get('split')}] n={report['n']}  model {report['model']}  labels {report['label_mode']}"
+          f"{' → ' + report['labels'] if report.get('labels', report['label_mode']) != report['label_mode'] else ''}  "
+          f"{report['rows_per_second']:.2f} rows/s")
+    print("raw         " + _fmt(report["metrics"]))
+    if "calibrated" in report:
+        print("calibrated  " + _fmt(report["calibrated"]))
+    print("risk-coverage (max p >= t): " + "  ".join(
+        f"t={r['threshold']:g}: cov {r['coverage']:.2f} acc {'-' if r['accuracy'] is None else format(r['accuracy'], '.2f')}"
+        for r in report["metrics"]["risk_coverage"]))
+    if "permutation" in report:
+        perm = report["permutation"]
+        print("permutation: " + (perm["skipped"] if "skipped" in perm else
+                                 f"flip rate {perm['flip_rate']:.3f}  mean TV {perm['mean_tv']:.3f}  max TV {perm['max_tv']:.3f}"))
+
+
+def main_calibrate(argv: list[str]) -> int:
+    """``typed-decisions calibrate``: fit on the calibration split, report on the test split."""
+    p = argparse.ArgumentParser(prog="typed-decisions calibrate",
+                                description="Fit per-type calibration on the calibration split; report on test.")
+    _common(p)
+    p.add_argument("--limit", type=int, default=200, help="rows of the calibration split to fit on (default 200)")
+    p.add_argument("--test-limit", type=int, default=200, help="rows of the test split to report on (default 200)")
+    p.add_argument("--content-free", default="N/A", help="content-free state for contextual calibration")
+    p.add_argument("--method", choices=["auto", "none", "temperature", "contextual", "combined"], default="auto",
+                   help="what to write; auto = lowest NLL on the calibration split")
+    p.add_argument("--out", type=Path, required=True, help="calibration file to write (CalibrationFile JSON)")
+    p.add_argument("--merge", action="store_true", help="keep the other question types of an existing --out")
+    p.add_argument("--report", type=Path, default=None, help="write the fit report (JSON) here")
+    args = p.parse_args(argv)
+    from ..decider import Decider
+
+    spec, fit_rows, meta = _source(args, "calibration", args.limit)
+    _, test_rows, _ = _source(args, "test", args.test_limit)
+    if not fit_rows or not test_rows:
+        raise TypedDecisionsError(f"need rows in both splits, got {len(fit_rows)} calibration and {len(test_rows)} test")
+    decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels)
+    fp, fg = collect_probabilities(decider, spec, fit_rows, label_mode=args.labels, progress=not args.quiet,
+                                   desc="calibration split")
+    tp, tg = collect_probabilities(decider, spec, test_rows, label_mode=args.labels, progress=not args.quiet,
+                                   desc="test split")
+    cf = content_free_probabilities(decider, spec, args.content_free, label_mode=args.labels)
+    fit = calibration_fit(fp, fg, tp, tg, cf, qtype=spec.type, n_bins=args.bins)
+    chosen = fit["best"] if args.method == "auto" else args.method
+    v = fit["variants"][chosen]
+    per_type: dict[str, TypeCalibration] = {}
+    if args.merge and args.out.exists():
+        old = CalibrationFile.load(args.out)
+        if old.model != decider.name:
+            raise TypedDecisionsError(f"--merge: {args.out} was fitted on {old.model!r}, this model is {decider.name!r}")
+        per_type.update(old.per_type)
+    per_type[spec.type] = TypeCalibration(temperature=v["temperature"], contextual=v["contextual"])
+    src = meta.get("dataset") or meta.get("data")
+    cal = CalibrationFile(model=decider.name, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                          per_type=per_type,  # type: ignore[arg-type]
+                          content_free_state=args.content_free if any(c.contextual for c in per_type.values()) else None,
+                          notes=f"{spec.type}: {chosen} fitted on {len(fit_rows)} rows of {src} (calibration split, "
+                                f"labels {resolve_label_mode(spec.type, args.labels)}); test NLL {v['test']['nll']:.4f} vs {fit['variants']['none']['test']['nll']:.4f} raw")
+    cal.save(args.out)
+    print(f"{src}: fit n={len(fit_rows)}, test n={len(test_rows)}, type {spec.type}, p_cf({args.content_free!r}) = "
+          + ", ".join(f"{x:.3f}" for x in cf))
+    print(f"{'variant':<12} {'T':>7}  {'fit NLL':>8}  {'test NLL':>8}  {'test acc':>8}  {'test ECE':>8}  {'test Brier':>10}")
+    for name, r in fit["variants"].items():
+        print(f"{name:<12} {r['temperature']:>7.3f}  {r['fit']['nll']:>8.4f}  {r['test']['nll']:>8.4f}  "
+              f"{r['test']['accuracy']:>8.3f}  {r['test']['ece']:>8.4f}  {r['test']['brier']:>10.4f}")
+    print(f"wrote {args.out}: {spec.type} = {chosen}")
+    if args.report:
+        args.report.write_text(json.dumps({**meta, "model": decider.name, "question": spec.model_dump(),
+                                           "label_mode": args.labels,
+                                           "labels": resolve_label_mode(spec.type, args.labels), "fit_n": len(fit_rows), "test_n": len(test_rows),
+                                           "chosen": chosen, **fit}, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def main_presets(argv: list[str]) -> int:
+    """``typed-decisions presets list | show NAME | hash NAME | answer NAME --model DIR [STATE | -]``."""
+    p = argparse.ArgumentParser(prog="typed-decisions presets", description="Versioned question presets.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="shipped presets with their versions")
+    sub.add_parser("show", help="print a preset's JSON").add_argument("name")
+    sub.add_parser("hash", help="print a preset file's content hash (for the registry)").add_argument("name")
+    pa = sub.add_parser("answer", help="ask a preset's question about a state")
+    pa.add_argument("name")
+    pa.add_argument("state", nargs="?", default="-", help="the state text; '-' or nothing reads stdin")
+    pa.add_argument("--model", required=True, type=Path)
+    pa.add_argument("--labels", choices=LABEL_MODES, default=None)
+    pa.add_argument("--calibration", type=Path, default=None)
+    pa.add_argument("--threshold", type=float, default=None)
+    pa.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.command == "list":
+        for n in list_presets():
+            pr = load_preset(n)
+            print(f"{pr.name:<24} v{pr.version}  {pr.question.type:<6}  {pr.description}")
+    elif args.command == "show":
+        print(load_preset(args.name).model_dump_json(indent=2, exclude_none=True))
+    elif args.command == "hash":
+        path = Path(args.name) if args.name.endswith(".json") else preset_file(args.name)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        print(json.dumps({data["name"]: {str(data["version"]): content_hash(data)}}))
+    else:
+        from ..decider import Decider
+
+        state = sys.stdin.read() if args.state == "-" else args.state
+        decider = Decider.from_dir(args.model, threads=args.threads, calibration=args.calibration)
+        params = {k: v for k, v in (("label_mode", args.labels), ("threshold", args.threshold)) if v is not None}
+        print(json.dumps(answer_preset(decider, args.name, state, params), indent=2, ensure_ascii=False))
+    return 0

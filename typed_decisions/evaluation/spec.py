@@ -1,0 +1,104 @@
+"""The question spec: one closed question to ask of every row of a labelled set.
+
+``QuestionSpec`` says what to ask (type, instructions, options with descriptions) and how a row maps
+to a state and a gold label (``state_field``, ``gold_field``, ``gold_map``). It is the data model
+the rest of ``evaluation/`` shares: datasets (``datasets.py``) carry a default spec, presets
+(``presets.py``) extend it with a policy, and ``run.py`` asks it of every row. It imports only
+pydantic and the package's errors, so every room of ``evaluation/`` can depend on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..errors import InvalidRequestError
+
+__all__ = ["OptionSpec", "QuestionSpec"]
+
+
+class OptionSpec(BaseModel):
+    """One option: its name (what the model reads out / the gold label) and a description."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str | None = None
+
+
+class QuestionSpec(BaseModel):
+    """A question to ask of every row, and how a row maps to state and gold label.
+
+    {"name": "spam", "type": "noul", "instructions": "Is this SMS message spam?",
+     "options": [{"name": "yes", "description": "..."}, {"name": "no"}],
+     "state_field": "text", "gold_field": "label", "gold_map": {"spam": "yes", "ham": "no"}}
+
+    noul options must be named yes, no (in that order); score options are the levels, lowest
+    first, and a gold label may be a level name or its index.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "question"
+    type: Literal["noul", "choice", "score"]
+    instructions: str | None = None
+    options: list[OptionSpec] = Field(min_length=2)
+    state_field: str = "state"
+    gold_field: str = "gold"
+    gold_map: dict[str, str] = Field(default_factory=dict, description="raw gold value → option name")
+
+    @model_validator(mode="after")
+    def _check(self) -> QuestionSpec:
+        names = [o.name for o in self.options]
+        if len(set(names)) != len(names):
+            raise ValueError(f"options: duplicate option names in {names}")
+        if self.type == "noul" and names != ["yes", "no"]:
+            raise ValueError(f"options: a noul question has the options yes, no (in that order), got {names}")
+        bad = sorted(set(self.gold_map.values()) - set(names))
+        if bad:
+            raise ValueError(f"gold_map: maps to {bad}, which are not options ({names})")
+        return self
+
+    @property
+    def option_names(self) -> list[str]:
+        return [o.name for o in self.options]
+
+    def question(self, order: Sequence[int] | None = None) -> dict[str, Any]:
+        """The wire-format question; ``order`` shows the options permuted (choice only).
+
+        >>> QuestionSpec(type="score", options=[{"name": "low"}, {"name": "high", "description": "urgent"}]).question()
+        {'type': 'score', 'criteria': ['low', 'high: urgent']}
+        """
+        q: dict[str, Any] = {"type": self.type}
+        if self.instructions is not None:
+            q["instructions"] = self.instructions
+        opts = self.options if order is None else [self.options[i] for i in order]
+        if self.type == "choice":
+            q["criteria"] = {o.name: o.description for o in opts}
+        elif self.type == "score":
+            q["criteria"] = [f"{o.name}: {o.description}" if o.description else o.name for o in opts]
+        else:
+            yes, no = self.options
+            if yes.description is not None or no.description is not None:
+                q["criteria"] = {"true": yes.description, "false": no.description}
+        return q
+
+    def state(self, row: Mapping[str, Any], n: int = 0) -> str:
+        if self.state_field not in row:
+            raise InvalidRequestError(f"row {n} has no state field {self.state_field!r} (set state_field in the spec)")
+        return str(row[self.state_field])
+
+    def gold_index(self, row: Mapping[str, Any], n: int = 0) -> int:
+        """Index of the row's gold option (via gold_map; score levels also by index)."""
+        if self.gold_field not in row:
+            raise InvalidRequestError(f"row {n} has no gold field {self.gold_field!r} (set gold_field in the spec)")
+        raw = row[self.gold_field]
+        if isinstance(raw, bool):
+            raw = "yes" if raw else "no"
+        key = self.gold_map.get(str(raw), str(raw))
+        names = self.option_names
+        if key in names:
+            return names.index(key)
+        if self.type == "score" and isinstance(raw, int) and 0 <= raw < len(names):
+            return raw
+        raise InvalidRequestError(f"row {n}: gold label {raw!r} is not an option ({names}); add it to gold_map")

@@ -1,0 +1,267 @@
+"""The HTTP app: ``POST /v1/systemone`` wire-compatible with the hosted System One API.
+
+typesafe-sdk (``TypeSafeClient(base_url="http://127.0.0.1:8000", api_key=...)``) works against it
+unchanged. Routes::
+
+    POST /v1/systemone       DecisionRequest → DecisionResponse (schema.py), micro-batched
+    GET  /v1/presets         the shipped question presets (evaluation/presets.py)
+    POST /v1/presets/{name}  a preset's question about a state, through the same queue
+    GET  /v1/models          {"models": [{"name", "description", "release_date"}]}: the model + aliases
+    GET  /healthz            the process is up
+    GET  /readyz             the model is loaded and answered a self-test decision (else 503)
+    GET  /metrics            Prometheus text (one CollectorRegistry per app)
+
+The request path of the two decision routes is ``service.py``'s (auth, bodies, queue, audit);
+this module builds the app around it (``create_app``) and translates errors once: every refusal
+is a ``TypedDecisionsError`` whose status comes from ``errors.HTTP_STATUS``; the body has
+FastAPI's shape ``{"detail": [{"loc": ["body", ...field path], "msg", "type"}]}``; every
+response carries ``x-typesafe-request-id``. Unexpected failures are logged with their traceback
+and answered 500 without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import (AuthenticationError, BadBodyError, BodyTooLargeError, InvalidRequestError,
+                      ModelNotFoundError, ServerBusyError, TypedDecisionsError, UnsupportedEncodingError,
+                      http_status)
+from ..evaluation.presets import list_presets, load_preset
+from ..schema import DecisionRequest, DecisionResponse
+from .service import Service
+from .settings import ServerSettings
+
+log = logging.getLogger("typed_decisions.server")
+
+REQUEST_ID_HEADER = "x-typesafe-request-id"
+INTERNAL = {"loc": [], "msg": "internal error; the server log has the details", "type": "internal"}
+
+
+# --------------------------------------------------------------------------- errors → HTTP
+
+# Where in the request each refusal points (InvalidRequestError carries its own field path).
+_LOC: dict[type[TypedDecisionsError], tuple[str, ...]] = {
+    AuthenticationError: ("header", "authorization"),
+    ModelNotFoundError: ("body", "model"),
+    BodyTooLargeError: ("body",),
+    BadBodyError: ("body",),
+    UnsupportedEncodingError: ("header", "content-encoding"),
+}
+
+
+def _error_type(error: Exception) -> str:
+    """``TokenizerBoundaryError`` → ``tokenizer_boundary``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__.removesuffix("Error")).lower()
+
+
+def error_response(error: TypedDecisionsError) -> JSONResponse:
+    """The one translation of this package's errors into HTTP responses."""
+    status = http_status(error)
+    kind = getattr(error, "kind", None) or _error_type(error)
+    if isinstance(error, InvalidRequestError):
+        detail = [{"loc": ["body", *loc], "msg": msg, "type": kind} for loc, msg in error.errors]
+    elif status == 500:  # a bug or an engine failure: details to the log only
+        log.error("internal error", exc_info=error)
+        detail = [INTERNAL]
+    else:
+        loc = next((v for c, v in _LOC.items() if isinstance(error, c)), ())
+        detail = [{"loc": list(loc), "msg": str(error), "type": kind}]
+    headers = {}
+    if isinstance(error, ServerBusyError):
+        headers = {"retry-after": str(max(1, math.ceil(error.retry_after_s))),
+                   "retry-after-ms": str(max(1, int(error.retry_after_s * 1000)))}
+    if isinstance(error, AuthenticationError):
+        headers["www-authenticate"] = "Bearer"
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """Every error: FastAPI's shape, ``loc`` = ["body", field path...] or ["header", name]."""
+
+    detail: list[ErrorItem]
+
+
+class ModelInfo(BaseModel):
+    name: str
+    description: str
+    release_date: str
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models``: the loaded model's name first, then its aliases."""
+
+    models: list[ModelInfo]
+
+
+class PresetRequest(BaseModel):
+    """Body of ``POST /v1/presets/{name}``: the state, and optional ``label_mode`` / ``threshold``."""
+
+    model_config = {"extra": "forbid"}
+    state: str | dict[str, Any] | list[Any]
+    params: dict[str, Any] = {}
+
+
+ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 404, 413, 415, 422, 429, 503)}
+
+
+# --------------------------------------------------------------------------- the app, step by step
+
+
+def _add_request_ids(app: FastAPI, service: Service) -> None:
+    """Every response gets ``x-typesafe-request-id`` and is counted by route and status; an
+    exception that escaped every handler becomes a 500 without its traceback."""
+
+    @app.middleware("http")
+    async def request_id(request: Request, call_next):  # type: ignore[no-untyped-def]
+        rid = "req_" + uuid.uuid4().hex
+        request.state.request_id = rid
+        try:
+            response = await call_next(request)
+        except Exception:  # noqa: BLE001 - never a stack trace to the client
+            log.exception("unhandled error in request %s", rid)
+            response = JSONResponse({"detail": [INTERNAL]}, status_code=500)
+        response.headers[REQUEST_ID_HEADER] = rid
+        route = request.scope.get("route")
+        service.metrics.requests.labels(getattr(route, "path", "other"), str(response.status_code)).inc()
+        return response
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Ours via ``error_response``; Starlette's and FastAPI's own in the same body shape."""
+
+    @app.exception_handler(TypedDecisionsError)
+    async def _typed(request: Request, error: TypedDecisionsError) -> JSONResponse:
+        return error_response(error)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"detail": [{"loc": [], "msg": str(error.detail), "type": "http_error"}]},
+                            status_code=error.status_code, headers=error.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, error: RequestValidationError) -> JSONResponse:
+        detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in error.errors()]
+        return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _add_decision_routes(app: FastAPI, service: Service) -> None:
+    """``/v1/systemone`` and ``/v1/models``."""
+
+    @app.post("/v1/systemone", responses={200: {"model": DecisionResponse}, **ERRORS},
+              summary="Answer typed questions (noul / choice / score) about a state")
+    async def systemone(request: Request) -> JSONResponse:
+        return await service.decide(request)
+
+    @app.get("/v1/models", responses={200: {"model": ModelList}, 401: {"model": ErrorBody}})
+    async def models(request: Request) -> ModelList:
+        service.authenticate(request)
+        service.check_accepting()
+        description = service.settings.description or (
+            f"{service.decider.name}: typed decisions from an exported LM on ONNX Runtime (text only)")
+        date = service.release_date()
+        return ModelList(models=[ModelInfo(name=n, description=description, release_date=date)
+                                 for n in service.names])
+
+
+def _add_preset_routes(app: FastAPI, service: Service) -> None:
+    """``/v1/presets``: a separate route, so ``/v1/systemone`` stays strictly the System One format."""
+
+    @app.get("/v1/presets", responses={401: {"model": ErrorBody}},
+             summary="The versioned question presets this server can answer")
+    async def presets(request: Request) -> dict[str, Any]:
+        service.authenticate(request)
+        items = [load_preset(n) for n in list_presets()]
+        return {"presets": [{"name": p.name, "version": p.version, "type": p.question.type,
+                             "description": p.description} for p in items]}
+
+    @app.post("/v1/presets/{name}", responses={**ERRORS},
+              summary="Ask a preset's question about a state: answers, the act flag, the preset version")
+    async def preset(name: str, body: PresetRequest, request: Request) -> dict[str, Any]:
+        return await service.preset(request, name, body.state, body.params)
+
+
+def _add_operations_routes(app: FastAPI, service: Service) -> None:
+    """``/healthz``, ``/readyz``, ``/metrics``: for the orchestrator and the scraper."""
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", responses={503: {"model": ErrorBody}})
+    async def readyz() -> dict[str, Any]:
+        service.check_accepting()
+        return {"status": "ready", "model": service.decider.name, "aliases": service.names[1:]}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(service.metrics.registry),
+                                 media_type=CONTENT_TYPE_LATEST)
+
+
+def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """FastAPI's schema plus the DecisionRequest body (the handler reads the raw body itself)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                                 description=app.description)
+            req = DecisionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.update(req.pop("$defs", {}))
+            components["DecisionRequest"] = req
+            schema["paths"]["/v1/systemone"]["post"]["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DecisionRequest"}}}}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    return openapi
+
+
+def create_app(decider_or_factory: Any, *, settings: ServerSettings | None = None) -> FastAPI:
+    """The app for one model: a loaded ``Decider`` (or any object with ``name`` and ``run_many``),
+    or a zero-argument factory returning one (loaded in the background; /readyz says when)."""
+    from .. import __version__
+
+    service = Service(decider_or_factory, settings or ServerSettings())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
+        await service.start()
+        yield
+        await service.stop()
+
+    app = FastAPI(title="typed-decisions", version=__version__, lifespan=lifespan,
+                  description="System One (noul / choice / score) from an exported LM on ONNX Runtime.")
+    app.state.service = service
+    _add_request_ids(app, service)
+    _add_error_handlers(app)
+    _add_decision_routes(app, service)
+    _add_preset_routes(app, service)
+    _add_operations_routes(app, service)
+    app.openapi = _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+__all__ = ["ErrorBody", "PresetRequest", "REQUEST_ID_HEADER", "create_app", "error_response"]

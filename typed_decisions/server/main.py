@@ -1,0 +1,82 @@
+"""``typed-decisions serve``: flags and ``TYPED_DECISIONS_*`` into settings, the app under uvicorn.
+
+Loading the model happens in the background (``/healthz`` answers at once, ``/readyz`` when the
+model has answered its self-test); SIGINT / SIGTERM refuse new requests and drain the ones in
+flight before the process ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ..compiler import LABEL_MODES, LabelMode
+from .app import create_app
+from .service import Service
+from .settings import ENV_PREFIX, ServerSettings, load_api_keys
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    env = lambda name, default=None: os.environ.get(ENV_PREFIX + name) or default  # noqa: E731
+    p = argparse.ArgumentParser(prog="typed-decisions serve", description=(
+        "Serve POST /v1/systemone (typesafe-sdk compatible) for one exported model. Every option "
+        f"also reads {ENV_PREFIX}<OPTION> (e.g. {ENV_PREFIX}MAX_BATCH); flags win."))
+    p.add_argument("--model", type=Path, default=env("MODEL"), required=env("MODEL") is None,
+                   help="exported model directory")
+    p.add_argument("--host", default=env("HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(env("PORT", "8000")))
+    p.add_argument("--threads", type=int, default=env("THREADS"),
+                   help="ONNX Runtime intra-op threads (default: the cores this process may use)")
+    p.add_argument("--labels", choices=LABEL_MODES, default=env("LABELS", "auto"))
+    p.add_argument("--max-prompt-tokens", type=int, default=env("MAX_PROMPT_TOKENS"),
+                   help="refuse (422) prompts longer than this (default: the model's context)")
+    p.add_argument("--api-keys-file", type=Path, default=None,
+                   help="file of 'KEY' or 'ID KEY' lines (also TYPED_DECISIONS_API_KEYS_FILE)")
+    p.add_argument("--alias", action="append", default=None, dest="aliases",
+                   help="extra model name (repeatable; default: jev-latest)")
+    p.add_argument("--max-batch", type=int, default=None)
+    p.add_argument("--max-wait-ms", type=float, default=None)
+    p.add_argument("--queue-size", type=int, default=None)
+    p.add_argument("--max-body-bytes", type=int, default=None)
+    p.add_argument("--audit-log", type=Path, default=None)
+    p.add_argument("--log-level", default=env("LOG_LEVEL", "info"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``typed-decisions serve``: load the model, serve until SIGINT/SIGTERM, drain, exit.
+
+    After draining, uvicorn re-raises the signal, so the process ends *by* SIGTERM (which systemd
+    and Kubernetes count as a clean stop); a stop by other means returns 0."""
+    import uvicorn
+
+    from ..decider import Decider
+
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = ServerSettings.from_env(
+        aliases=args.aliases, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+        queue_size=args.queue_size, max_body_bytes=args.max_body_bytes, audit_log=args.audit_log)
+    if args.api_keys_file is not None:
+        settings.api_keys.update(load_api_keys(args.api_keys_file))
+    threads = int(args.threads) if args.threads else None
+    max_tokens = int(args.max_prompt_tokens) if args.max_prompt_tokens else None
+    labels: LabelMode = args.labels
+    app = create_app(lambda: Decider.from_dir(args.model, threads=threads, label_mode=labels,
+                                              max_tokens=max_tokens), settings=settings)
+    service: Service = app.state.service
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:  # new requests → 503 at once
+            service.begin_shutdown()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+                            timeout_graceful_shutdown=int(settings.shutdown_timeout_s))
+    Server(config).run()
+    return 0
