@@ -433,7 +433,7 @@ class Engine:
                     self._run_group(group)
             pending.difference_update(level)
             level = [c for n in level for c in n.children.values() if c in pending]
-        if use_cache:
+        if use_cache and self.cache_bytes > 0:
             for node in todo:
                 if node.checkpoint:
                     self._cache_put(node.prefix(), _concat(node.path_kv(), self.backbone.kv_dtype), node.hidden)

@@ -38,7 +38,8 @@ def sha256(path) -> str:
 
 def test_public_api_is_pinned():
     assert typed_decisions_export.__all__ == [
-        "ExportError", "QuantizationError", "SelfCheckError", "__version__", "export_model", "quantize_export",
+        "ExportError", "Int8Options", "QuantizationError", "SelfCheckError", "__version__", "export_model",
+        "quantize_export",
     ]
 
 
