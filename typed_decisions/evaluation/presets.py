@@ -210,8 +210,8 @@ def prepare_preset(model: str, preset_name: str, state: Any,
         raise InvalidRequestError(f"params.threshold must be a number in [0, 1], got {threshold!r}", ("params", "threshold"))
     preset = load_preset(preset_name)
     spec = preset.question_spec()
-    request = {"model": model, "state": state, "questions": {spec.name: spec.question()}}
-    return PresetCall(preset=preset, request=request, label_mode=params.get("label_mode"), threshold=threshold)
+    return PresetCall(preset=preset, request=spec.request(model, state), label_mode=params.get("label_mode"),
+                      threshold=threshold)
 
 
 def answer_preset(decider: Decider, preset_name: str, state: Any,

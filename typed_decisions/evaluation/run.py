@@ -46,10 +46,6 @@ MATPLOTLIB_HINT = "the reliability plot needs matplotlib: pip install matplotlib
 # ---------------------------------------------------------------- asking the model
 
 
-def _request(decider: Decider, spec: QuestionSpec, state: str, order: Sequence[int] | None = None) -> dict[str, Any]:
-    return {"model": decider.name, "state": state, "questions": {spec.name: spec.question(order)}}
-
-
 def collect_probabilities(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], *,
                           label_mode: str | None = None, progress: bool = True,
                           desc: str = "eval") -> tuple[list[np.ndarray], list[int]]:
@@ -59,7 +55,7 @@ def collect_probabilities(decider: Decider, spec: QuestionSpec, rows: Sequence[M
     gold = [spec.gold_index(r, n) for n, r in enumerate(rows)]  # fail on a bad label before any compute
     probs = []
     for n, r in enumerate(tqdm(rows, desc=desc, unit="row", disable=not progress)):
-        p = decider.probabilities(_request(decider, spec, spec.state(r, n)), label_mode=label_mode)
+        p = decider.probabilities(spec.request(decider.name, spec.state(r, n)), label_mode=label_mode)
         probs.append(p[spec.name])
     return probs, gold
 
@@ -67,7 +63,7 @@ def collect_probabilities(decider: Decider, spec: QuestionSpec, rows: Sequence[M
 def content_free_probabilities(decider: Decider, spec: QuestionSpec, state: str = "N/A", *,
                                label_mode: str | None = None) -> np.ndarray:
     """p_cf: the question's probabilities for a content-free state (contextual calibration)."""
-    return decider.probabilities(_request(decider, spec, state), label_mode=label_mode)[spec.name]
+    return decider.probabilities(spec.request(decider.name, state), label_mode=label_mode)[spec.name]
 
 
 def _permutations(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], k: int, *,
@@ -82,7 +78,7 @@ def _permutations(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[s
         state = spec.state(r, n)
 
         def probs_for(order: list[int]) -> np.ndarray:
-            return decider.probabilities(_request(decider, spec, state, order), label_mode=label_mode)[spec.name]
+            return decider.probabilities(spec.request(decider.name, state, order), label_mode=label_mode)[spec.name]
 
         rep = permutation_report(probs_for, list(range(len(spec.options))), k=k, seed=n)
         flips.append(rep.flip_rate)

@@ -83,6 +83,14 @@ class QuestionSpec(BaseModel):
                 q["criteria"] = {"true": yes.description, "false": no.description}
         return q
 
+    def request(self, model: str, state: Any, order: Sequence[int] | None = None) -> dict[str, Any]:
+        """The wire request asking this question (alone) about ``state``.
+
+        >>> QuestionSpec(name="spam", type="noul", options=[{"name": "yes"}, {"name": "no"}]).request("m", "hi")
+        {'model': 'm', 'state': 'hi', 'questions': {'spam': {'type': 'noul'}}}
+        """
+        return {"model": model, "state": state, "questions": {self.name: self.question(order)}}
+
     def state(self, row: Mapping[str, Any], n: int = 0) -> str:
         if self.state_field not in row:
             raise InvalidRequestError(f"row {n} has no state field {self.state_field!r} (set state_field in the spec)")
