@@ -101,8 +101,9 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
         if alpha == "none":
             float_nodes, rows, cols = qm._excluded_nodes(src)[0], {}, {}
         else:
-            _, rows, cols, float_nodes = qm._plan_smoothing(src, 0.5 if alpha == "ones" else float(alpha), calib, int(keep),
-                                                            log=lambda m: None, norms=norms)
+            plan = qm._plan_smoothing(src, 0.5 if alpha == "ones" else float(alpha), calib, int(keep),
+                                      log=lambda m: None, norms=norms)
+            rows, cols, float_nodes = plan.scale_rows, plan.scale_cols, plan.float_nodes
         quantize_matmuls(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols,
                          activations=activations, fmt=fmt, log=lambda m: None)
         ort = OrtBackbone(work / "m.onnx")

@@ -41,7 +41,7 @@ from __future__ import annotations
 import ast
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -308,10 +308,22 @@ def _activation_absmax(onnx_path: Path, tensors: list[str], prompts: list[list[i
     return absmax
 
 
+@dataclass
+class SmoothingPlan:
+    """What is folded into the weights and what stays float32 (`_plan_smoothing`, `_plan`)."""
+
+    record: dict[str, Any] | None  # the manifest's `quantization.smoothing` (None without smoothing)
+    scale_rows: dict[str, np.ndarray] = field(default_factory=dict)  # initializer -> per-row factor
+    scale_cols: dict[str, np.ndarray] = field(default_factory=dict)  # initializer -> per-column factor
+    float_nodes: list[str] = field(default_factory=list)  # MatMul nodes kept float32
+    float_modules: list[str] = field(default_factory=list)  # their modules (the manifest's `excluded`)
+
+
 def _plan_smoothing(
     src_onnx: Path, alpha: float, prompts: list[list[int]], keep_float: int, log=print, norms: bool = False
-) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
-    """(manifest record, scale_rows, scale_cols, down_proj nodes that stay float32).
+) -> SmoothingPlan:
+    """SmoothQuant for every matched down_proj (and, with `norms`, the inputs after each RMSNorm,
+    folding 1/s into the norm's weight; _norm_sites); unmatched and kept down_proj stay float32.
 
     `norms`: also smooth the inputs of the MatMuls after each RMSNorm (_norm_sites), folding 1/s
     into the norm's weight."""
@@ -327,10 +339,9 @@ def _plan_smoothing(
     kept_float = {p["down_module"] for p in ranked[:keep_float]}
     graph = onnx.load(str(src_onnx), load_external_data=False).graph
     inits = {t.name: t for t in graph.initializer}
-    scale_rows, scale_cols, smoothed, float_nodes = {}, {}, [], []
+    scale_rows, scale_cols, smoothed = {}, {}, []
     for p in pairs:
         if p["down_module"] in kept_float:
-            float_nodes.append(p["down_node"])
             continue
         w_absmax = np.abs(read_weight(inits[p["down_weight"]], src_onnx.parent)).max(axis=1)  # (K,) rows
         s = smoothing_vector(absmax[p["x"]], w_absmax, alpha)
@@ -360,8 +371,9 @@ def _plan_smoothing(
         "activation_absmax": {p["down_module"]: round(float(absmax[p["x"]].max()), 3) for p in pairs},
         "norms": [t["module"] for t in sites],
     }
-    float_nodes += [n for n, m in zip(*_excluded_nodes(src_onnx)) if m in unmatched]
-    return record, scale_rows, scale_cols, float_nodes
+    kept = {p["down_node"] for p in pairs if p["down_module"] in kept_float}
+    excluded = [(n, m) for n, m in zip(*_excluded_nodes(src_onnx)) if m in unmatched or n in kept]
+    return SmoothingPlan(record, scale_rows, scale_cols, [n for n, _ in excluded], [m for _, m in excluded])
 
 
 def _probe_tokenizer(export_dir: Path, facts: dict[str, Any]) -> Any:
@@ -467,20 +479,18 @@ class Int8Options:
             raise ExportError(f"activations={self.activations!r}: expected one of {', '.join(ACTIVATIONS)}")
 
 
-def _plan(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any], log) -> tuple[dict[str, Any] | None, dict, dict, list[str], list[str]]:
-    """(smoothing record, scale_rows, scale_cols, MatMul nodes kept float32, their modules)."""
-    nodes, modules = _excluded_nodes(src_onnx)
+def _plan(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any], log) -> SmoothingPlan:
+    """Without smoothing every down_proj stays float32; with it, calibrate and plan the folding."""
     if options.smooth is None:
-        return None, {}, {}, nodes, modules
+        return SmoothingPlan(None, float_nodes=(ex := _excluded_nodes(src_onnx))[0], float_modules=ex[1])
     t0 = time.perf_counter()
     calib = [encode_prompt(tok, render_chat(tok, q, CALIBRATION_SYSTEM), facts["add_bos_token"]) for q in CALIBRATION]
     log(f"SmoothQuant (alpha {options.smooth}): {SMOOTH_TARGET} input maxima on {len(calib)} calibration prompts ...")
-    smoothing, scale_rows, scale_cols, float_nodes = _plan_smoothing(src_onnx, options.smooth, calib, options.keep_float, log=log,
-                                                                     norms=options.smooth_norms)
-    smoothing["seconds"] = round(time.perf_counter() - t0, 2)  # calibration included
-    keep = set(float_nodes)
-    log(f"smoothed {len(smoothing['smoothed'])} {SMOOTH_TARGET} inputs")
-    return smoothing, scale_rows, scale_cols, [n for n in nodes if n in keep], [m for n, m in zip(nodes, modules) if n in keep]
+    plan = _plan_smoothing(src_onnx, options.smooth, calib, options.keep_float, log=log, norms=options.smooth_norms)
+    plan.record["seconds"] = round(time.perf_counter() - t0, 2)  # calibration included
+    plan.record["activations"] = options.activations
+    log(f"smoothed {len(plan.record['smoothed'])} {SMOOTH_TARGET} inputs")
+    return plan
 
 
 def _measure(probe: _Probe, prompts: list[list[int]], src_onnx: Path, out_onnx: Path) -> dict[str, Any]:
@@ -512,6 +522,68 @@ def _load_check(prompts: list[list[int]], cands: list[int], p8: np.ndarray, k: i
     first k probes' token ids, the candidate ids and INT8's probabilities (runtime engine.py)."""
     return {"input_ids": [list(map(int, p)) for p in prompts[:k]], "candidates": list(map(int, cands)),
             "probabilities": [[float(x) for x in row] for row in p8[:k]], "cpu": cpu_describe()}
+
+
+def _record(options: Int8Options, plan: SmoothingPlan, count: int, m: dict[str, Any], passed: bool, force: bool,
+            seconds: float, source_sha256: str | None, load_check: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's `quantization` (docs/FORMAT.md)."""
+    per_token = options.activations == "per_token"
+    return {
+        "method": "dynamic-int8",
+        "per_channel": True,
+        "weight_type": "int8",
+        "activations": options.activations,
+        "row_independent": per_token,  # the runtime batches rows only when this is true
+        "integer_format": TOKEN_FORMAT.describe() if per_token else {
+            "activations": "per tensor, asymmetric uint8 (DynamicQuantizeLinear)", "weights": "per output column, int8",
+            "pair_bound": 2 * 255 * 127, "exact_without_vnni": False},
+        "op_types": ["MatMul"],
+        "quantized": count,
+        "excluded": plan.float_modules,
+        "smoothing": plan.record,
+        "drift": m["drift"],
+        "threshold": dict(THRESHOLD, decisive_margin=DECISIVE_MARGIN),
+        "probabilities": m["probabilities"],  # (probes, candidates) restricted softmax, for judging flips by eye
+        "passed": passed,
+        "forced": bool(force and not passed),
+        "batch_dependence": m["batch_dependence"],
+        "cache_dependence": m["cache_dependence"],
+        "cpu": cpu_describe(),  # where the drift above was measured
+        "speed": m["speed"],  # probe prefill, one session at a time, on that CPU
+        "load_check": load_check,
+        "seconds": round(seconds, 2),
+        "source_onnx_sha256": source_sha256,
+    }
+
+
+def _discard(out_dir: Path, out_onnx: Path, in_place: bool) -> None:
+    """Remove a refused INT8 graph; the float32 export stays usable."""
+    from .layout import prepare_out_dir
+
+    if in_place:
+        out_onnx.unlink(missing_ok=True)
+        out_onnx.with_name(out_onnx.name + ".data").unlink(missing_ok=True)
+    else:
+        prepare_out_dir(out_dir)  # leave it empty rather than half-made
+
+
+def _install(out_dir: Path, src_onnx: Path, manifest: dict[str, Any], quantization: dict[str, Any], in_place: bool) -> dict[str, Any]:
+    """Write the INT8 manifest (last, so the directory is never half-made); in place, the float32
+    graph goes first."""
+    if in_place:
+        # Unfinished again until the new manifest lands; then drop the float32 graph.
+        (out_dir / MANIFEST_FILE).unlink()
+        (out_dir / ".verified.json").unlink(missing_ok=True)  # runtime stamps of the old files
+        src_onnx.unlink()
+        src_onnx.with_name(src_onnx.name + ".data").unlink(missing_ok=True)
+    manifest = dict(manifest)
+    manifest["onnx_file"] = INT8_ONNX_FILE
+    manifest["quantization"] = quantization
+    # The self-check (vs PyTorch) ran on the float32 graph; INT8 is judged by the drift above.
+    manifest["self_check"] = dict(manifest["self_check"], graph=f"{src_onnx.name} (float32, before quantization)")
+    manifest["files"] = file_hashes(out_dir)
+    write_manifest(out_dir, manifest)
+    return manifest
 
 
 def quantize_export(
@@ -552,79 +624,32 @@ def quantize_export(
     prompts = [encode_prompt(tok, render_chat(tok, q, PROBE_SYSTEM), facts["add_bos_token"]) for q in PROBES]
 
     t0 = time.perf_counter()
-    smoothing, scale_rows, scale_cols, nodes, modules = _plan(src_onnx, options, tok, facts, log)
-    if smoothing is not None:
-        smoothing["activations"] = options.activations
-    log(f"quantizing MatMul weights to int8 per channel ({options.activations} activations), keeping {len(nodes)} "
-        f"{SMOOTH_TARGET} MatMuls float32 ...")
-    count = quantize_matmuls(src_onnx, out_onnx, exclude=set(nodes), scale_rows=scale_rows, scale_cols=scale_cols,
-                             activations=options.activations, log=log)
+    plan = _plan(src_onnx, options, tok, facts, log)
+    log(f"quantizing MatMul weights to int8 per channel ({options.activations} activations), keeping "
+        f"{len(plan.float_nodes)} {SMOOTH_TARGET} MatMuls float32 ...")
+    count = quantize_matmuls(src_onnx, out_onnx, exclude=set(plan.float_nodes), scale_rows=plan.scale_rows,
+                             scale_cols=plan.scale_cols, activations=options.activations, log=log)
     quant_seconds = time.perf_counter() - t0
     log(f"quantized {count} MatMuls in {quant_seconds:.1f} s; measuring drift on {len(PROBES)} probes ...")
     pad_id = facts["pad_token_id"] if facts["pad_token_id"] is not None else 0
-    probe = _Probe(lm_head, cands, arch, pad_id)
-    m = _measure(probe, prompts, src_onnx, out_onnx)
-    drift = m["drift"]
+    m = _measure(_Probe(lm_head, cands, arch, pad_id), prompts, src_onnx, out_onnx)
+    drift, cpu = m["drift"], cpu_describe()["class"]
     passed = drift["max_abs_prob"] <= THRESHOLD["max_abs_prob"] and drift["decisive_flips"] <= THRESHOLD["decisive_flips"]
-    log(
-        f"int8 drift: max |dp| {drift['max_abs_prob']:.4f}, {drift['top1_flips']}/{len(prompts)} top-1 flips "
+    log(f"int8 drift: max |dp| {drift['max_abs_prob']:.4f}, {drift['top1_flips']}/{len(prompts)} top-1 flips "
         f"({drift['decisive_flips']} decisive); batch dependence {m['batch_dependence']['int8']['max_abs_prob']:.2g}, "
-        f"cache dependence {m['cache_dependence']['int8']['max_abs_prob']:.2g} (CPU class {cpu_describe()['class']})"
-    )
+        f"cache dependence {m['cache_dependence']['int8']['max_abs_prob']:.2g} (CPU class {cpu})")
     speedup = m["speed"]["int8_vs_float32"]
-    log(f"on this CPU (class {cpu_describe()['class']}) INT8 prefilled the probes {speedup:.2f}x as fast as float32: "
+    log(f"on this CPU (class {cpu}) INT8 prefilled the probes {speedup:.2f}x as fast as float32: "
         + ("deploy INT8" if speedup >= 1.2 else "INT8 gains little here; float32 gives the same answers without the drift"))
     if not passed and not force:
-        if in_place:
-            out_onnx.unlink(missing_ok=True)
-            out_onnx.with_name(out_onnx.name + ".data").unlink(missing_ok=True)
-        else:
-            prepare_out_dir(out_dir)  # leave it empty rather than half-made
+        _discard(out_dir, out_onnx, in_place)
         raise QuantizationError(
             f"INT8 drift above threshold: max |dp| {drift['max_abs_prob']:.3f} (limit {THRESHOLD['max_abs_prob']}), "
             f"{drift['decisive_flips']} decisive top-1 flips (limit {THRESHOLD['decisive_flips']}) on {len(prompts)} probes; "
             f"{src_dir} keeps its float32 export. Use force=True (--force) to keep INT8 anyway."
         )
-
-    per_token = options.activations == "per_token"
-    quantization = {
-        "method": "dynamic-int8",
-        "per_channel": True,
-        "weight_type": "int8",
-        "activations": options.activations,
-        "row_independent": per_token,  # the runtime batches rows only when this is true
-        "integer_format": TOKEN_FORMAT.describe() if per_token else {
-            "activations": "per tensor, asymmetric uint8 (DynamicQuantizeLinear)", "weights": "per output column, int8",
-            "pair_bound": 2 * 255 * 127, "exact_without_vnni": False},
-        "op_types": ["MatMul"],
-        "quantized": count,
-        "excluded": modules,
-        "smoothing": smoothing,
-        "drift": drift,
-        "threshold": dict(THRESHOLD, decisive_margin=DECISIVE_MARGIN),
-        "probabilities": m["probabilities"],  # (probes, candidates) restricted softmax, for judging flips by eye
-        "passed": passed,
-        "forced": bool(force and not passed),
-        "batch_dependence": m["batch_dependence"],
-        "cache_dependence": m["cache_dependence"],
-        "cpu": cpu_describe(),  # where the drift above was measured
-        "speed": m["speed"],  # probe prefill, one session at a time, on that CPU
-        "load_check": _load_check(prompts, cands, m["p8"]),
-        "seconds": round(quant_seconds, 2),
-        "source_onnx_sha256": manifest["files"].get(manifest["onnx_file"]),
-    }
-    if in_place:
-        # Unfinished again until the new manifest lands; then drop the float32 graph.
-        (out_dir / MANIFEST_FILE).unlink()
-        (out_dir / ".verified.json").unlink(missing_ok=True)  # runtime stamps of the old files
-        src_onnx.unlink()
-        src_onnx.with_name(src_onnx.name + ".data").unlink(missing_ok=True)
-    manifest = dict(manifest)
-    manifest["onnx_file"] = INT8_ONNX_FILE
-    manifest["quantization"] = quantization
-    # The self-check (vs PyTorch) ran on the float32 graph; INT8 is judged by the drift above.
-    manifest["self_check"] = dict(manifest["self_check"], graph=f"{src_onnx.name} (float32, before quantization)")
-    manifest["files"] = file_hashes(out_dir)
-    write_manifest(out_dir, manifest)
+    quantization = _record(options, plan, count, m, passed, force, quant_seconds,
+                           manifest["files"].get(manifest["onnx_file"]), _load_check(prompts, cands, m["p8"]))
+    manifest = _install(out_dir, src_onnx, manifest, quantization, in_place)
     log(f"wrote {MANIFEST_FILE}: {out_dir} is a usable INT8 export")
     return manifest

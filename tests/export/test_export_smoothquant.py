@@ -233,7 +233,8 @@ def test_folding_is_exact_in_float_on_smollm2(smollm2_export, tmp_path):
     src, _ = smollm2_export
     before = sorted(p.name for p in src.iterdir())
     ids = [1, 9690, 198, 2683, 359, 253, 5356, 2, 198, 1, 4093, 198, 59, 2, 198, 1, 520, 9531, 198]
-    record, rows, cols, float_nodes = _plan_smoothing(src / "model.onnx", 0.5, [ids, ids[:9]], 0, log=lambda m: None)
+    plan = _plan_smoothing(src / "model.onnx", 0.5, [ids, ids[:9]], 0, log=lambda m: None)
+    record, rows, cols, float_nodes = plan.record, plan.scale_rows, plan.scale_cols, plan.float_nodes
     assert sorted(p.name for p in src.iterdir()) == before
     assert len(record["smoothed"]) == len(rows) == len(cols) == 30 and float_nodes == [] and record["not_matched"] == {}
     assert max(record["activation_absmax"].values()) > 1000  # the outliers smoothing is for
@@ -268,7 +269,8 @@ def test_norm_folding_is_exact_in_float_on_smollm2(smollm2_export, tmp_path):
     assert [t["module"] for t in sites[:2]] == ["layers.0.input_layernorm", "layers.0.post_attention_layernorm"]
     assert len(sites) == 60 and [len(t["weights"]) for t in sites[:2]] == [3, 2]
     ids = [1, 9690, 198, 2683, 359, 253, 5356, 2, 198, 1, 4093, 198, 59, 2, 198, 1, 520, 9531, 198]
-    record, rows, cols, _ = _plan_smoothing(src / "model.onnx", 0.5, [ids], 0, log=lambda m: None, norms=True)
+    plan = _plan_smoothing(src / "model.onnx", 0.5, [ids], 0, log=lambda m: None, norms=True)
+    record, rows, cols = plan.record, plan.scale_rows, plan.scale_cols
     assert record["norms"] == [t["module"] for t in sites]
     gammas = {t["gamma"] for t in sites}
     for t in sites:  # each reader's rows get s, the norm weight 1/s
