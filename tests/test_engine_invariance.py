@@ -9,106 +9,11 @@ per request. It shows the comparison can fail; it is why such exports run one ro
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
 import numpy as np
 import pytest
+from td_invariance import TOL, A, B, LiveServer, deviations, request
 
 from typed_decisions.decider import Decider
-from typed_decisions.schema import DecisionResponse
-
-TOL = 1e-5
-QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
-             "criteria": {"billing and payments": "Charges, refunds, invoices",
-                          "technical support": "Bugs, crashes, outages", "sales": "New plans, quotes"}},
-    "urgent": {"type": "noul", "instructions": "Is this urgent?"},
-    "severity": {"type": "score", "instructions": "How severe is it?", "criteria": ["low", "medium", "high", "critical"]},
-}
-A = "I was charged twice for my subscription this month. Please refund the duplicate charge today."
-B = "Do you offer a discount for schools that buy forty licences at once?"
-C = "I was charged twice for my subscription this month. Also, the app crashes when I open invoices."
-
-
-def request(state: str, model: str = "m") -> dict[str, Any]:
-    return {"model": model, "state": state, "questions": QUESTIONS}
-
-
-def vector(answers: dict[str, Any]) -> np.ndarray:
-    """Every probability of a response (wire JSON or DecisionResponse), in a fixed order."""
-    if isinstance(answers, DecisionResponse):
-        answers = answers.model_dump(mode="json")["answers"]
-    out = []
-    for name in sorted(answers):
-        a = answers[name]
-        out += [a["noul"]] if "noul" in a else list(a["probabilities"].values())
-    return np.array(out)
-
-
-def deviations(d: Decider, url: str | None = None) -> dict[str, float]:
-    """max |dp| of request A in each company against A alone from a cold engine."""
-    d.engine.clear_cache()
-    alone = vector(d.run_many([request(A)], use_cache=False)[0])
-    ways = {
-        "batch with an unrelated request": lambda: d.run_many([request(A), request(B)], use_cache=False)[0],
-        "batch with a prefix-sharing request": lambda: d.run_many([request(C), request(A)], use_cache=False)[1],
-        "after a prefix-sharing request warmed the cache": lambda: (d.engine.clear_cache(), d.run(request(C)), d.run(request(A)))[2],
-        "again, from the cache": lambda: d.run(request(A)),
-        "batched, with the cache warm": lambda: d.run_many([request(B), request(A), request(C)])[1],
-    }
-    out = {name: float(np.abs(vector(way()) - alone).max()) for name, way in ways.items()}
-    if url is not None:
-        out["HTTP, 16 concurrent clients"] = max(float(np.abs(vector(a) - alone).max()) for a in http_answers(url, d.name))
-    return out
-
-
-def http_answers(url: str, model: str, clients: int = 16) -> list[dict[str, Any]]:
-    """16 clients at once, each sending A, B or C; returns A's answers."""
-    import httpx
-
-    states = [A if i % 2 == 0 else (B if i % 4 == 1 else C) for i in range(clients)]
-
-    def post(state: str) -> dict[str, Any]:
-        r = httpx.post(f"{url}/v1/systemone", json=request(state, model), timeout=300)
-        assert r.status_code == 200, r.text
-        return r.json()["answers"]
-
-    with ThreadPoolExecutor(clients) as pool:
-        answers = list(pool.map(post, states))
-    return [a for a, s in zip(answers, states) if s == A]
-
-
-class LiveServer:
-    """The real server app on uvicorn, 127.0.0.1, in a thread (micro-batching on)."""
-
-    def __init__(self, decider: Decider):
-        import uvicorn
-
-        from typed_decisions.server import ServerSettings, create_app
-
-        app = create_app(decider, settings=ServerSettings(max_batch=8, max_wait_ms=50))
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert self.server.started, "uvicorn did not start"
-        return self.url
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
