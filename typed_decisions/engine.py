@@ -30,7 +30,6 @@ models, whose window counts cache slots, which padding would shift.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from collections import OrderedDict

@@ -30,7 +30,7 @@ from .manifest import (
 from .onnx_export import export_backbone
 from .quantize import Int8Options
 from .selfcheck import plan_self_check, run_self_check, torch_references
-from .tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE, write_tokenizer_files
+from .tokenizer_files import write_tokenizer_files
 
 def export_model(
     source: str | Path,
