@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
-from langchain_core.runnables.config import get_config_list, patch_config
+from langchain_core.runnables.config import patch_config
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typed_decisions.schema import ChoiceAnswer
 
