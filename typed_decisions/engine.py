@@ -433,8 +433,9 @@ class Engine:
             pending.difference_update(level)
             level = [c for n in level for c in n.children.values() if c in pending]
         if use_cache and self.cache_bytes > 0:
-            for node in todo:
-                if node.checkpoint:
+            per_token = self.backbone.kv_bytes_per_token
+            for node in todo:  # copy a prefix's segments into one row only when the cache can hold it
+                if node.checkpoint and (node.start + len(node.tokens)) * per_token <= self.cache_bytes:
                     self._cache_put(node.prefix(), _concat(node.path_kv(), self.backbone.kv_dtype), node.hidden)
         results: list[np.ndarray | None] = [None] * len(contexts)
         stack = [root]

@@ -558,8 +558,6 @@ def _record(options: Int8Options, plan: SmoothingPlan, count: int, m: dict[str, 
 
 def _discard(out_dir: Path, out_onnx: Path, in_place: bool) -> None:
     """Remove a refused INT8 graph; the float32 export stays usable."""
-    from .layout import prepare_out_dir
-
     if in_place:
         out_onnx.unlink(missing_ok=True)
         out_onnx.with_name(out_onnx.name + ".data").unlink(missing_ok=True)
