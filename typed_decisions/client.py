@@ -28,11 +28,11 @@ import asyncio
 import functools
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from typed_decisions.errors import (HTTP_STATUS, AuthenticationError, EngineError, InvalidRequestError,
                                     ServerBusyError, TypedDecisionsError)
+from typed_decisions.exports import locate
 from typed_decisions.schema import DecisionResponse
 
 if TYPE_CHECKING:
@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from typed_decisions.decider import Decider
 
 API_KEY_ENV = "TYPED_DECISIONS_API_KEY"
+# Seconds a remote call may take. A CPU server answers a 3-question request on the 1.5B default
+# model in ~9 s when idle and took 36-48 s on a loaded 2-core server (docs/deploy.md): 30 s cut
+# those off, and a client that times out and retries only adds load. 120 s covers a full queue.
+DEFAULT_TIMEOUT_S = 120.0
 WireRequest = Mapping[str, Any]
 
 
@@ -60,7 +64,7 @@ def _load_decider(path: str) -> Decider:
     """One loaded engine per export directory per process (backends built from a path share it)."""
     from typed_decisions.decider import Decider
 
-    return Decider.from_dir(path)
+    return Decider.load(path)
 
 
 class LocalBackend:
@@ -68,12 +72,13 @@ class LocalBackend:
 
     Args:
         decider: a ``typed_decisions.decider.Decider`` (or anything with its ``run_many`` and
-            ``name``), or an export directory, loaded once per process and shared.
+            ``name``), an export directory or a catalogue model name (``"default"``,
+            ``"tiny:int8"``; ``exports.locate``), loaded once per process and shared.
     """
 
     def __init__(self, decider: Decider | str | os.PathLike[str]):
         if isinstance(decider, (str, os.PathLike)):
-            decider = _load_decider(str(Path(decider).expanduser().resolve()))
+            decider = _load_decider(str(locate(os.fspath(decider)).resolve()))
         self.decider = decider
         self.name: str = decider.name
 
@@ -150,13 +155,14 @@ class RemoteBackend:
         model: model name sent on every request that does not name one.
         api_key: Bearer key; defaults to the ``TYPED_DECISIONS_API_KEY`` environment variable.
             Never shown by ``repr`` nor part of ``cache_key``.
-        timeout: seconds per HTTP request.
+        timeout: seconds per HTTP request (default ``DEFAULT_TIMEOUT_S`` = 120: fits CPU latency
+            under load; see docs/deploy.md before lowering it).
         client_kwargs: extra keyword arguments for ``httpx.Client`` / ``httpx.AsyncClient``
             (a proxy, custom headers, or ``transport=httpx.MockTransport(...)`` in tests).
     """
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None,
-                 timeout: float = 30.0, client_kwargs: Mapping[str, Any] | None = None):
+                 timeout: float = DEFAULT_TIMEOUT_S, client_kwargs: Mapping[str, Any] | None = None):
         try:
             import httpx  # noqa: F401  (fail here, at construction, not at the first request)
         except ImportError:
@@ -215,7 +221,7 @@ class RemoteBackend:
 
 
 def make_backend(*, decider: Any = None, base_url: str | None = None, model: str | None = None,
-                 api_key: str | None = None, timeout: float = 30.0,
+                 api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  client_kwargs: Mapping[str, Any] | None = None) -> Backend:
     """Build a backend from exactly one of ``decider`` and ``base_url``.
 
@@ -244,4 +250,4 @@ def make_backend(*, decider: Any = None, base_url: str | None = None, model: str
                     f"Backend, not {type(decider).__name__}")
 
 
-__all__ = ["API_KEY_ENV", "Backend", "LocalBackend", "RemoteBackend", "WireRequest", "make_backend"]
+__all__ = ["API_KEY_ENV", "Backend", "DEFAULT_TIMEOUT_S", "LocalBackend", "RemoteBackend", "WireRequest", "make_backend"]

@@ -6,7 +6,7 @@
 All questions of all requests passed together go to the engine in ONE call, so the state prefix is
 prefilled once, question suffixes run as one batch, and multi-token label branches as another.
 
->>> decider = Decider.from_dir("~/.cache/typed-decisions/exports/tiny")      # doctest: +SKIP
+>>> decider = Decider.load("tiny")     # a catalogue name, or an export directory  # doctest: +SKIP
 >>> decider.decide("I was charged twice.", {"team": Choice(criteria={"billing": None, "tech": None})})  # doctest: +SKIP
 DecisionResponse(model='tiny', answers={'team': ChoiceAnswer(choice='billing', ...)}, usage=...)
 """
@@ -14,7 +14,8 @@ DecisionResponse(model='tiny', answers={'team': ChoiceAnswer(choice='billing', .
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,11 @@ from .artifacts import Artifacts, load_artifacts
 from .calibration import CalibrationFile, calibrate
 from .compiler import CompiledQuestion, CompiledRequest, Compiler, LabelMode
 from .engine import Engine
+from .explain import (CONFIDENCE_MEANING, Explanation, LabelPath, LabelToken, OptionExplanation,
+                      QuestionExplanation, TokenAccount, TrieNode)
+from .exports import locate
 from .errors import InvalidRequestError
-from .readout import LabelTrie, option_probabilities
+from .readout import LabelTrie, option_probabilities, path_probabilities
 from .reducers import ConfidenceKind
 from .schema import Answer, Content, DecisionRequest, DecisionResponse, Question, Usage
 from .tokenization import ChatTemplate, TextTokenizer
@@ -107,11 +111,55 @@ def plan_readout(compiled: Sequence[CompiledRequest]) -> ReadoutPlan:
     return ReadoutPlan(tuple(compiled), tuple(tries), tuple(contexts), tuple(allowed), tuple(where))
 
 
+def _explain_question(r: Readout, answer: Answer, question: Question, token: Callable[[int], str],
+                      decode: Callable[[list[int]], str], confidence: ConfidenceKind) -> QuestionExplanation:
+    """One question's part of ``Decider.explain``: options with their label paths, the trie nodes."""
+    q, trie = r.question, r.trie
+    logit_at = {u: dict(zip(trie.children[u], map(float, z))) for u, z in r.node_logits.items()}
+    path_p = path_probabilities(trie, r.node_logits)
+    uncalibrated = r.probabilities()
+    calibrated = answer_probabilities(answer, q.options) if answer.calibration else None
+    meanings: dict[str, Content | None] = {}
+    if question.type == "choice":
+        meanings = dict(question.criteria)
+    elif question.type == "score":
+        meanings = {k: v for k, v in q.legend.items()}
+    elif question.criteria is not None:
+        meanings = {q.options[0]: question.criteria.true, q.options[1]: question.criteria.false} \
+            if len(q.options) == 2 else {}
+    options = []
+    for oi, (name, label) in enumerate(zip(q.options, q.labels)):
+        paths = [LabelPath(text=q.label_paths.texts[j],
+                           tokens=[LabelToken(id=t, text=token(t), logit=logit_at.get(path[:k], {}).get(t))
+                                   for k, t in enumerate(path)],
+                           probability=float(path_p[j]))
+                 for j, path in enumerate(trie.paths) if trie.owners[j] == oi]
+        options.append(OptionExplanation(
+            option=name, label=label, meaning=meanings.get(name), paths=paths,
+            probability=float(uncalibrated[oi]),
+            calibrated_probability=None if calibrated is None else float(calibrated[oi])))
+    nodes = [TrieNode(prefix=list(u), prefix_text=decode(list(u)), children=list(kids),
+                      children_text=[token(t) for t in kids],
+                      logits=[float(x) for x in r.node_logits[u]] if u in r.node_logits else None)
+             for u, kids in trie.internal_nodes()]
+    return QuestionExplanation(
+        type=q.type, label_mode=q.label_mode, question_text=q.question_text,
+        suffix_tokens=len(q.suffix_ids), options=options, nodes=nodes, answer=answer,
+        confidence_meaning=None if q.type == "noul" else CONFIDENCE_MEANING[confidence])
+
+
+def answer_probabilities(answer: Answer, options: Sequence[str]) -> np.ndarray:
+    """The probabilities an answer reports, in option order (noul: [P(yes), P(no)])."""
+    if answer.type == "noul":
+        return np.array([answer.noul, 1.0 - answer.noul])
+    return np.array([answer.probabilities[o] for o in options])
+
+
 class Decider:
     """Answers System One requests with one exported model.
 
     Args:
-        artifacts: a loaded export (see ``from_dir``).
+        artifacts: a loaded export (see ``load``).
         label_mode: ``"auto"`` (default: per question type, what measured best on real data —
             names for choice, letters for score; ``compiler.AUTO_LABELS``), ``"names"`` (options
             read out by their names) or ``"letters"``.
@@ -153,9 +201,17 @@ class Decider:
         self._cf_lock = threading.Lock()
 
     @classmethod
-    def from_dir(cls, path: str | Path, **kwargs: Any) -> Decider:
-        """Load an exported model directory (``typed-decisions export ... --out DIR``)."""
-        return cls(load_artifacts(path), **kwargs)
+    def load(cls, model: str | Path, **kwargs: Any) -> Decider:
+        """Load a model by export directory or catalogue name (``exports.locate``).
+
+        ``model`` is a directory made by ``typed-decisions export ... --out DIR``, or a catalogue
+        name or alias (``"default"``, ``"tiny"``; ``"default:int8"`` for its INT8 export) whose
+        export is in the cache; a name without an export raises ``ArtifactError`` with the
+        command that makes it. ``kwargs`` go to ``Decider(...)``.
+        """
+        return cls(load_artifacts(locate(model)), **kwargs)
+
+    from_dir = load  # the older name: it accepts catalogue names too
 
     # -- public API
 
@@ -196,36 +252,36 @@ class Decider:
         return {r.question.name: r.probabilities() for r in reads}
 
     def explain(self, request: DecisionRequest | Mapping[str, Any], *,
-                label_mode: LabelMode | None = None) -> dict[str, Any]:
-        """Rendered prompts, token ids of the shared prefix and every label path, raw logits per trie node."""
+                label_mode: LabelMode | None = None) -> Explanation:
+        """The request answered and explained (``explain.Explanation``): the prompt and its
+        shared-prefix boundary, per question every option's label tokens with their logits and
+        probabilities, the trie nodes, the answers (exactly ``run``'s) and what was computed."""
+        t0 = time.perf_counter()
         req = parse_request(request)
-        comp = self.compiler.compile(req, label_mode=label_mode or self.label_mode)
+        mode = label_mode or self.label_mode
+        comp = self.compiler.compile(req, label_mode=mode)
         before = self.engine.stats.tokens_computed
         (reads,) = self._read([comp], share_prefixes=True, use_cache=True)
         computed = self.engine.stats.tokens_computed - before  # this call's (other threads may add)
-        dec = self.tokenizer.decode
-        questions = {}
+        (cf,) = self._content_free([req], mode)
+        token = self.tokenizer.token_str
+        questions: dict[str, QuestionExplanation] = {}
         for r in reads:
             q = r.question
-            questions[q.name] = {
-                "type": q.type,
-                "label_mode": q.label_mode,
-                "prompt": dec(list(comp.prefix_ids + q.suffix_ids)),
-                "suffix_ids": list(q.suffix_ids),
-                "options": list(q.options),
-                "labels": list(q.labels),
-                "label_paths": [{"option": q.options[o], "text": t, "token_ids": list(p),
-                                 "tokens": [self.tokenizer.token_str(i) for i in p]}
-                                for p, o, t in zip(q.label_paths.paths, q.label_paths.owners, q.label_paths.texts)],
-                "nodes": [{"prefix": list(u), "children": list(r.trie.children[u]),
-                           "logits": [float(x) for x in r.node_logits[u]] if u in r.node_logits else None}
-                          for u in sorted(r.trie.children, key=lambda u: (len(u), u))],
-                "probabilities": dict(zip(q.options, map(float, r.probabilities()))),
-            }
-        return {"model": self.name, "label_mode": comp.label_mode, "prefix_ids": list(comp.prefix_ids),
-                "prefix_text": dec(list(comp.prefix_ids)), "questions": questions,
-                "usage": {"input_tokens": comp.logical_tokens, "output_tokens": 0},
-                "tokens_computed": computed}
+            answer = self._answer(r, cf.get(q.name) if cf else None)
+            questions[q.name] = _explain_question(r, answer, req.questions[q.name], token,
+                                                  self.tokenizer.decode, self.confidence_kind)
+        answers = {name: qe.answer for name, qe in questions.items()}
+        logical = comp.logical_tokens
+        return Explanation(
+            model=self.name, label_mode=comp.label_mode, prefix_text=self.tokenizer.decode(list(comp.prefix_ids)),
+            prefix_ids=list(comp.prefix_ids), questions=questions, answers=answers,
+            usage=Usage(input_tokens=logical, output_tokens=0),
+            tokens=TokenAccount(prefix_tokens=len(comp.prefix_ids),
+                                prompt_tokens=len(comp.prefix_ids) + sum(len(q.suffix_ids) for q in comp.questions),
+                                input_tokens=logical, tokens_computed=computed,
+                                tokens_saved=max(0, logical - computed)),
+            latency_ms=round((time.perf_counter() - t0) * 1000, 2))
 
     # -- internals
 

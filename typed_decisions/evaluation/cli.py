@@ -76,7 +76,7 @@ def _source(args: argparse.Namespace, split: str, limit: int | None
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, type=Path, help="exported model directory")
+    p.add_argument("--model", required=True, help="exported model directory, or a catalogue name ('default', 'tiny', 'NAME:int8')")
     p.add_argument("--dataset", default=None, help="a named dataset (typed_decisions.evaluation.datasets.DATASETS)")
     p.add_argument("--data", type=Path, default=None, help="JSONL rows (with --spec or --preset)")
     p.add_argument("--spec", type=Path, default=None, help="question spec JSON (typed_decisions.evaluation.QuestionSpec)")
@@ -220,7 +220,7 @@ def main_presets(argv: list[str]) -> int:
     pa = sub.add_parser("answer", help="ask a preset's question about a state")
     pa.add_argument("name")
     pa.add_argument("state", nargs="?", default="-", help="the state text; '-' or nothing reads stdin")
-    pa.add_argument("--model", required=True, type=Path)
+    pa.add_argument("--model", required=True, help="exported model directory, or a catalogue name")
     pa.add_argument("--labels", choices=LABEL_MODES, default=None)
     pa.add_argument("--calibration", type=Path, default=None)
     pa.add_argument("--threshold", type=float, default=None)

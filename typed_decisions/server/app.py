@@ -4,14 +4,17 @@ typesafe-sdk (``TypeSafeClient(base_url="http://127.0.0.1:8000", api_key=...)``)
 unchanged. Routes::
 
     POST /v1/systemone       DecisionRequest → DecisionResponse (schema.py), micro-batched
+    POST /v1/explain         DecisionRequest → Explanation (explain.py): answers + why, same queue
     GET  /v1/presets         the shipped question presets (evaluation/presets.py)
+    GET  /v1/presets/{name}  one preset, and its question in wire form
     POST /v1/presets/{name}  a preset's question about a state, through the same queue
+    GET  /playground         a static page (no build step, no CDN) that asks and explains
     GET  /v1/models          {"models": [{"name", "description", "release_date"}]}: the model + aliases
     GET  /healthz            the process is up
     GET  /readyz             the model is loaded and answered a self-test decision (else 503)
     GET  /metrics            Prometheus text (one CollectorRegistry per app)
 
-The request path of the two decision routes is ``service.py``'s (auth, bodies, queue, audit);
+The request path of the decision routes is ``service.py``'s (auth, bodies, queue, audit);
 this module builds the app around it (``create_app``) and translates errors once: every refusal
 is a ``TypedDecisionsError`` whose status comes from ``errors.HTTP_STATUS``; the body has
 FastAPI's shape ``{"detail": [{"loc": ["body", ...field path], "msg", "type"}]}``; every
@@ -27,12 +30,13 @@ import math
 import re
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
@@ -42,6 +46,7 @@ from ..errors import (AuthenticationError, BadBodyError, BodyTooLargeError, Inva
                       ModelNotFoundError, ServerBusyError, TypedDecisionsError, UnsupportedEncodingError,
                       http_status)
 from ..evaluation.presets import list_presets, load_preset
+from ..explain import Explanation
 from ..schema import DecisionRequest, DecisionResponse
 from .service import Service
 from .settings import ServerSettings
@@ -173,6 +178,11 @@ def _add_decision_routes(app: FastAPI, service: Service) -> None:
     async def systemone(request: Request) -> JSONResponse:
         return await service.decide(request)
 
+    @app.post("/v1/explain", responses={200: {"model": Explanation}, **ERRORS},
+              summary="Answer a request and explain it: prompt, label tokens, logits, probabilities")
+    async def explain(request: Request) -> JSONResponse:
+        return await service.explain(request)
+
     @app.get("/v1/models", responses={200: {"model": ModelList}, 401: {"model": ErrorBody}})
     async def models(request: Request) -> ModelList:
         service.authenticate(request)
@@ -195,10 +205,32 @@ def _add_preset_routes(app: FastAPI, service: Service) -> None:
         return {"presets": [{"name": p.name, "version": p.version, "type": p.question.type,
                              "description": p.description} for p in items]}
 
+    @app.get("/v1/presets/{name}", responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}},
+             summary="One preset (its file) and its question in wire form")
+    async def preset_file(name: str, request: Request) -> dict[str, Any]:
+        service.authenticate(request)
+        if name not in list_presets():  # shipped names only: a server never opens a client's path
+            raise ModelNotFoundError(f"unknown preset {name!r}; shipped: {', '.join(list_presets())}")
+        p = load_preset(name)
+        return {"preset": p.model_dump(mode="json", exclude_none=True), "question": p.question_spec().question()}
+
     @app.post("/v1/presets/{name}", responses={**ERRORS},
               summary="Ask a preset's question about a state: answers, the act flag, the preset version")
     async def preset(name: str, body: PresetRequest, request: Request) -> dict[str, Any]:
         return await service.preset(request, name, body.state, body.params)
+
+
+def _add_playground(app: FastAPI) -> None:
+    """``/playground`` (and ``/`` → it): the static page; it calls the JSON API like any client."""
+    page = (Path(__file__).parent / "static" / "playground.html").read_text(encoding="utf-8")
+
+    @app.get("/playground", response_class=HTMLResponse, include_in_schema=False)
+    async def playground() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse("/playground")
 
 
 def _add_operations_routes(app: FastAPI, service: Service) -> None:
@@ -260,6 +292,7 @@ def create_app(decider_or_factory: Any, *, settings: ServerSettings | None = Non
     _add_decision_routes(app, service)
     _add_preset_routes(app, service)
     _add_operations_routes(app, service)
+    _add_playground(app)
     app.openapi = _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -63,17 +63,21 @@ class MicroBatcher(Generic[In, Out]):
         max_wait_s: how long the first request of a batch waits for company.
         queue_size: most requests waiting; beyond it ``submit`` raises ``ServerBusyError`` (429).
         on_batch: called with (batch size, seconds) after each engine call (metrics).
+        on_drop: called for each queued request dropped unrun because its caller cancelled it
+            (the client went away): such a request costs no engine work.
     """
 
     def __init__(self, run_many: Callable[[list[In]], Sequence[Out]], executor: Executor, *,
                  max_batch: int = 8, max_wait_s: float = 0.005, queue_size: int = 64,
-                 on_batch: Callable[[int, float], Any] | None = None):
+                 on_batch: Callable[[int, float], Any] | None = None,
+                 on_drop: Callable[[], Any] | None = None):
         self.run_many = run_many
         self.executor = executor
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.queue_size = queue_size
         self.on_batch = on_batch
+        self.on_drop = on_drop
         self._queue: collections.deque[tuple[In, asyncio.Future[Out]]] = collections.deque()
         self._arrived = asyncio.Event()
         self._batch_s = 0.05                  # running mean of one engine call, for retry-after
@@ -136,7 +140,10 @@ class MicroBatcher(Generic[In, Out]):
         batch = []
         while self._queue and len(batch) < self.max_batch:
             item, fut = self._queue.popleft()
-            if not fut.cancelled():           # the client went away while waiting
+            if fut.cancelled():               # the client went away while waiting: no engine work
+                if self.on_drop is not None:
+                    self.on_drop()
+            else:
                 batch.append((item, fut))
         return batch
 

@@ -10,15 +10,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import threading
+import webbrowser
 from pathlib import Path
 from typing import Any
 
 from ..compiler import LABEL_MODES, LabelMode
+from ..exports import ensure_export, locate
 from .app import create_app
 from .service import Service
 from .settings import ENV_PREFIX, ServerSettings, load_api_keys
 
 __all__ = ["main"]
+
+log = logging.getLogger("typed_decisions.server")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,8 +31,13 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="typed-decisions serve", description=(
         "Serve POST /v1/systemone (typesafe-sdk compatible) for one exported model. Every option "
         f"also reads {ENV_PREFIX}<OPTION> (e.g. {ENV_PREFIX}MAX_BATCH); flags win."))
-    p.add_argument("--model", type=Path, default=env("MODEL"), required=env("MODEL") is None,
-                   help="exported model directory")
+    p.add_argument("--model", default=env("MODEL"), required=env("MODEL") is None,
+                   help="exported model directory, or a catalogue name/alias ('default', 'tiny', "
+                        "'NAME:int8') whose export is in the cache")
+    p.add_argument("--export-if-missing", action="store_true",
+                   help="export a catalogue model first if its export is not in the cache")
+    p.add_argument("--open", action="store_true",
+                   help="open the playground page (/playground) in a browser once the server listens")
     p.add_argument("--host", default=env("HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(env("PORT", "8000")))
     p.add_argument("--threads", type=int, default=env("THREADS"),
@@ -67,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     threads = int(args.threads) if args.threads else None
     max_tokens = int(args.max_prompt_tokens) if args.max_prompt_tokens else None
     labels: LabelMode = args.labels
-    app = create_app(lambda: Decider.from_dir(args.model, threads=threads, label_mode=labels,
-                                              max_tokens=max_tokens), settings=settings)
+    model = ensure_export(args.model) if args.export_if_missing else locate(args.model)
+    app = create_app(lambda: Decider.load(model, threads=threads, label_mode=labels,
+                                          max_tokens=max_tokens), settings=settings)
     service: Service = app.state.service
 
     class Server(uvicorn.Server):
@@ -78,5 +89,10 @@ def main(argv: list[str] | None = None) -> int:
 
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
                             timeout_graceful_shutdown=int(settings.shutdown_timeout_s))
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+    url = f"http://{host}:{args.port}/playground"
+    log.info("playground: %s (the model loads in the background; the page says when it is ready)", url)
+    if args.open:
+        threading.Timer(1.0, webbrowser.open, (url,)).start()
     Server(config).run()
     return 0

@@ -2,7 +2,9 @@
 
 Metrics (``GET /metrics``), all prefixed ``typed_decisions_``: ``http_requests_total{route,status}``,
 ``request_seconds`` (histogram of answered decisions), ``questions_total{type}``,
-``batch_requests`` / ``batch_seconds`` (per engine call), ``queue_depth``, ``in_flight``, and the
+``batch_requests`` / ``batch_seconds`` (per engine call), ``queue_depth``, ``in_flight``,
+``client_disconnects_total`` and ``dropped_before_engine_total`` (callers that left; the latter cost no
+engine call), and the
 engine's counters ``tokens_computed_total`` vs ``tokens_logical_total`` (their ratio is what prefix
 sharing saves) and ``prefix_cache_hits_total`` / ``prefix_cache_misses_total``.
 
@@ -70,6 +72,11 @@ class Metrics:
               registry=r).set_function(queue_depth)
         Gauge("typed_decisions_in_flight", "Decision requests being handled (/v1/systemone, /v1/presets/...)",
               registry=r).set_function(in_flight)
+        self.disconnected = Counter("typed_decisions_client_disconnects",
+                                    "Decision requests whose client went away before the answer", registry=r)
+        self.dropped = Counter("typed_decisions_dropped_before_engine",
+                               "Queued requests dropped without an engine call: their client went away",
+                               registry=r)
         r.register(_EngineCollector(engine_stats))
 
 

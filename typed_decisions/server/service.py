@@ -42,17 +42,33 @@ from .settings import ENV_PREFIX, ServerSettings
 
 log = logging.getLogger("typed_decisions.server")
 
+CLIENT_CLOSED = 499  # nginx's "client closed request": logged and counted, never seen by a client
+
 SELF_TEST = {"state": "The server is starting.",
              "questions": {"ready": {"type": "noul", "instructions": "Is the server starting?"}}}
 
 
 @dataclass(frozen=True)
 class Job:
-    """One queued request: the parsed wire request and the label mode to compile it with
-    (None: the decider's own; presets may ask for another)."""
+    """One queued request: the parsed wire request, the label mode to compile it with (None: the
+    decider's own; presets may ask for another), and whether to explain it (``/v1/explain``)."""
 
     request: DecisionRequest
     label_mode: LabelMode | None = None
+    explain: bool = False
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its answer was ready (nothing is sent back)."""
+
+
+async def wait_disconnect(request: Request) -> None:
+    """Returns when the client has gone away. Call only after the body was read: from then on the
+    ASGI server's next message is ``http.disconnect`` (uvicorn sends it when the socket closes)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 @dataclass
@@ -73,7 +89,7 @@ class Service:
         self.decider: Any = decider_or_factory if is_decider else None
         self.factory: Callable[[], Any] | None = None if is_decider else decider_or_factory
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="typed-decisions-engine")
-        self.batcher: MicroBatcher[Job, DecisionResponse] | None = None
+        self.batcher: MicroBatcher[Job, Any] | None = None
         self.metrics = Metrics(
             queue_depth=lambda: self.batcher.depth if self.batcher else 0,
             in_flight=lambda: self.in_flight,
@@ -104,7 +120,7 @@ class Service:
             s = self.settings
             self.batcher = MicroBatcher(self.run_jobs, self.executor, max_batch=s.max_batch,
                                         max_wait_s=s.max_wait_ms / 1000, queue_size=s.queue_size,
-                                        on_batch=self._on_batch)
+                                        on_batch=self._on_batch, on_drop=self.metrics.dropped.inc)
             self.batcher.start()
             await self.batcher.submit(Job(parse_request({"model": self.decider.name, **SELF_TEST})))
         except Exception as e:  # noqa: BLE001 - reported by /readyz and the log
@@ -139,12 +155,17 @@ class Service:
         self.metrics.batch_size.observe(size)
         self.metrics.batch_seconds.observe(seconds)
 
-    def run_jobs(self, jobs: Sequence[Job]) -> list[DecisionResponse]:
+    def run_jobs(self, jobs: Sequence[Job]) -> list[Any]:
         """One batch on the engine thread: ONE ``run_many`` per label mode present (one call in
-        all when every job uses the decider's own mode, as every ``/v1/systemone`` request does)."""
-        out: list[DecisionResponse | None] = [None] * len(jobs)
-        for mode in dict.fromkeys(j.label_mode for j in jobs):
-            idx = [i for i, j in enumerate(jobs) if j.label_mode == mode]
+        all when every job uses the decider's own mode, as every ``/v1/systemone`` request does);
+        explain jobs one by one (``Decider.explain``: an ``Explanation``)."""
+        out: list[Any] = [None] * len(jobs)
+        for i, job in enumerate(jobs):
+            if job.explain:
+                kwargs = {} if job.label_mode is None else {"label_mode": job.label_mode}
+                out[i] = self.decider.explain(job.request, **kwargs)
+        for mode in dict.fromkeys(j.label_mode for j in jobs if not j.explain):
+            idx = [i for i, j in enumerate(jobs) if j.label_mode == mode and not j.explain]
             kwargs = {} if mode is None else {"label_mode": mode}
             for i, response in zip(idx, self.decider.run_many([jobs[i].request for i in idx], **kwargs)):
                 out[i] = response
@@ -203,6 +224,10 @@ class Service:
         except TypedDecisionsError as e:
             status = http_status(e)
             raise
+        except ClientGone:
+            status = CLIENT_CLOSED  # nobody reads this response; the audit line and metrics do
+            return JSONResponse({"detail": [{"loc": [], "msg": "client closed the connection",
+                                             "type": "client_closed"}]}, status_code=status)
         finally:
             self.in_flight -= 1
             if self.in_flight == 0:
@@ -213,9 +238,22 @@ class Service:
             if self.audit is not None:
                 self._audit(request, caller, handled, status, seconds)
 
-    async def _submit(self, job: Job) -> DecisionResponse:
+    async def _submit(self, job: Job, request: Request) -> Any:
+        """Queue ``job`` and wait for its answer, unless the client goes away first: then its
+        queue entry is cancelled (the batcher drops it without an engine call; if its batch is
+        already running, the answer is discarded) and ``ClientGone`` is raised."""
         assert self.batcher is not None
-        return await self.batcher.submit(job)
+        answer = asyncio.ensure_future(self.batcher.submit(job))
+        gone = asyncio.ensure_future(wait_disconnect(request))
+        try:
+            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not answer.done():
+            answer.cancel()
+            self.metrics.disconnected.inc()
+            raise ClientGone
+        return answer.result()
 
     async def decide(self, request: Request) -> JSONResponse:
         """``POST /v1/systemone``: the body is a ``DecisionRequest`` (read, decoded and parsed here)."""
@@ -229,7 +267,7 @@ class Service:
             if parsed.model not in self.names:
                 raise ModelNotFoundError(f"model {parsed.model!r} is not served here; available: "
                                          f"{', '.join(self.names)} (GET /v1/models)")
-            handled.response = await self._submit(Job(parsed))
+            handled.response = await self._submit(Job(parsed), request)
             return JSONResponse(handled.response.model_dump(mode="json"))
 
         return await self._handle(request, work, timed=True)
@@ -241,8 +279,24 @@ class Service:
             call = prepare_preset(self.decider.name, name, state, params)
             handled.preset = {"name": call.preset.name, "version": call.preset.version}
             handled.parsed = parse_request(call.request)
-            handled.response = await self._submit(Job(handled.parsed, call.label_mode))
+            handled.response = await self._submit(Job(handled.parsed, call.label_mode), request)
             return call.result(handled.response)
+
+        return await self._handle(request, work, timed=False)
+
+    async def explain(self, request: Request) -> JSONResponse:
+        """``POST /v1/explain``: a ``DecisionRequest`` answered and explained (``explain.Explanation``),
+        through the same queue, limits and audit as ``/v1/systemone``."""
+
+        async def work(handled: Handled) -> JSONResponse:
+            handled.parsed = parsed = parse_request(await self._read_json(request))
+            if parsed.model not in self.names:
+                raise ModelNotFoundError(f"model {parsed.model!r} is not served here; available: "
+                                         f"{', '.join(self.names)} (GET /v1/models)")
+            explanation = await self._submit(Job(parsed, explain=True), request)
+            handled.response = DecisionResponse(model=explanation.model, answers=explanation.answers,
+                                                usage=explanation.usage)
+            return JSONResponse(explanation.model_dump(mode="json"))
 
         return await self._handle(request, work, timed=False)
 
@@ -285,4 +339,4 @@ class Service:
         return dt.date.today().isoformat()
 
 
-__all__ = ["Job", "SELF_TEST", "Service"]
+__all__ = ["ClientGone", "Job", "SELF_TEST", "Service", "wait_disconnect"]

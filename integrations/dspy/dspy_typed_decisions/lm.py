@@ -27,6 +27,8 @@ from dspy.clients.base_lm import LM_CLASS_STATE_KEY, BaseLM, record_history
 from dspy.dsp.utils.settings import settings
 from dspy.utils.callback import BaseCallback, with_callbacks
 
+from typed_decisions.client import DEFAULT_TIMEOUT_S
+
 from .backends import DecisionBackend, make_backend
 
 PROVIDER = "typed-decisions"
@@ -56,7 +58,8 @@ class TypedDecisionsLM(BaseLM):
         base_url: a typed-decisions server (``POST {base_url}/v1/systemone``).
         model: remote mode: the model name sent on every request.
         api_key: remote mode: Bearer key (default: ``TYPED_DECISIONS_API_KEY``); never saved.
-        timeout: remote mode: seconds per HTTP request.
+        timeout: remote mode: seconds per HTTP request (default 120, typed_decisions.client.DEFAULT_TIMEOUT_S:
+            fits CPU latency under load; see docs/deploy.md).
         client_kwargs: remote mode: extra ``httpx.Client`` / ``AsyncClient`` arguments.
         cache: use DSPy's cache (identical requests are answered from it).
         callbacks: DSPy callbacks for this LM.
@@ -65,7 +68,7 @@ class TypedDecisionsLM(BaseLM):
     supports_decision_requests = True
 
     def __init__(self, decider: Any = None, *, base_url: str | None = None, model: str | None = None,
-                 api_key: str | None = None, timeout: float = 30.0,
+                 api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  client_kwargs: Mapping[str, Any] | None = None, cache: bool = True,
                  callbacks: list[BaseCallback] | None = None, **generation: Any):
         _refuse_settings(generation, "TypedDecisionsLM(...)")

@@ -26,6 +26,7 @@ from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import ensure_config, get_config_list
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
+from typed_decisions.client import DEFAULT_TIMEOUT_S
 from typed_decisions.schema import Content, DecisionResponse
 
 from .backends import DecisionBackend, make_backend
@@ -95,8 +96,9 @@ class DecisionBase(RunnableSerializable[Any, Output]):
     """Remote mode: the model name sent on every request. Local mode uses the export's name."""
     api_key: SecretStr | None = Field(default=None, exclude=True)
     """Remote mode: Bearer key; defaults to the ``TYPED_DECISIONS_API_KEY`` environment variable."""
-    timeout: float = 30.0
-    """Remote mode: seconds per HTTP request."""
+    timeout: float = DEFAULT_TIMEOUT_S
+    """Remote mode: seconds per HTTP request (default 120: a CPU server under load answers in tens
+    of seconds; see docs/deploy.md)."""
     client_kwargs: dict[str, Any] = Field(default_factory=dict, exclude=True)
     """Remote mode: extra arguments for ``httpx.Client`` / ``httpx.AsyncClient`` (e.g. a transport)."""
 

@@ -24,18 +24,46 @@ class DecisionToolInput(BaseModel):
     state: str = Field(description="The text (ticket, message, document) to answer the questions about.")
 
 
+def _text(content: Any, limit: int = 160) -> str:
+    """A question's content (text, or structured) as one short line for a tool description."""
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _describe(runnable: Any) -> str:
-    """A description listing the questions and their options, for the agent's tool prompt."""
+    """What the agent reads to decide whether to call the tool: each question's own wording
+    (its instructions), its options with their descriptions (or levels, lowest first), and what
+    comes back.
+
+    >>> from typed_decisions.schema import Choice, Noul, Score
+    >>> class R:
+    ...     questions = {"team": Choice(instructions="Which team should handle it?",
+    ...                                 criteria={"billing": "payments, refunds", "tech": None}),
+    ...                  "urgent": Noul(instructions="Is it urgent?"),
+    ...                  "severity": Score(criteria=["low", "high"])}
+    >>> print(_describe(R()))
+    Answers typed questions about a text (pass the text as `state`), with probabilities:
+    - team: "Which team should handle it?" One of: billing (payments, refunds); tech.
+    - urgent: "Is it urgent?" Yes/no: the probability of yes.
+    - severity: A score; levels, lowest first: 0 = low; 1 = high. Returns the expected level.
+    """
     questions = getattr(runnable, "questions", None) or {getattr(runnable, "key", "answer"): runnable.question}
-    parts = []
+    lines = ["Answers typed questions about a text (pass the text as `state`), with probabilities:"]
     for name, q in questions.items():
+        asked = f' "{_text(q.instructions)}"' if q.instructions is not None else ""
         if q.type == "choice":
-            parts.append(f"{name} (one of: {', '.join(q.criteria)})")
+            options = "; ".join(f"{o} ({_text(d, 80)})" if d is not None else o for o, d in q.criteria.items())
+            lines.append(f"- {name}:{asked} One of: {options}.")
         elif q.type == "score":
-            parts.append(f"{name} (score 0-{len(q.criteria) - 1})")
+            levels = "; ".join(f"{i} = {_text(level, 80)}" for i, level in enumerate(q.criteria))
+            lines.append(f"- {name}:{asked} A score; levels, lowest first: {levels}. Returns the expected level.")
         else:
-            parts.append(f"{name} (yes/no probability)")
-    return "Answers typed questions about a text, with probabilities: " + "; ".join(parts) + "."
+            meaning = ""
+            if q.criteria is not None and q.criteria.true is not None:
+                meaning = f" (yes means: {_text(q.criteria.true, 80)})"
+            lines.append(f"- {name}:{asked} Yes/no{meaning}: the probability of yes.")
+    return "\n".join(lines)
 
 
 def _as_text(result: Any) -> str:

@@ -39,9 +39,24 @@ class TestDecisionToolIntegration(_TriageTool, ToolsIntegrationTests):
 def test_tool_message_carries_json_and_typed_artifact(fake_decider) -> None:
     tool = ChoiceRunnable(decider=fake_decider, question=QUESTIONS["team"]).as_tool(name="team")
     assert isinstance(tool, DecisionTool) and tool.name == "team"
-    assert "billing, tech" in tool.description
+    assert "One of: billing; tech." in tool.description
     msg = tool.invoke({"type": "tool_call", "id": "1", "name": "team", "args": {"state": "tech down"}})
     assert '"choice":"tech"' in msg.content
     assert msg.artifact.choice == "tech"
     with pytest.raises(ValueError, match="input is fixed"):
         ChoiceRunnable(decider=fake_decider, question=QUESTIONS["team"]).as_tool(arg_types={"x": int})
+
+
+def test_tool_description_carries_each_questions_wording_and_options(fake_decider) -> None:
+    """An agent chooses a tool by its description: it must see the questions themselves."""
+    questions = {"team": {"type": "choice", "instructions": "Which team should handle this ticket?",
+                          "criteria": {"billing": "payments and refunds", "tech": None}},
+                 "urgent": {"type": "noul", "instructions": "Does the customer need an answer today?"},
+                 "severity": {"type": "score", "instructions": "How severe is it?",
+                              "criteria": ["cosmetic", "degraded", "down"]}}
+    text = DecisionRunnable(decider=fake_decider, questions=questions).as_tool().description
+    for name, q in questions.items():
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"- {name}:"))
+        assert q["instructions"] in line
+    assert "billing (payments and refunds); tech" in text
+    assert "0 = cosmetic; 1 = degraded; 2 = down" in text

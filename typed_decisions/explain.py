@@ -1,0 +1,178 @@
+"""Why an answer is what it is: the prompt, each option's label tokens with their logits, the
+probabilities, and the answer, per question.
+
+``Decider.explain`` builds an ``Explanation`` from one engine call (the same readouts that make the
+answers); it is the machine form (``decide --explain --json``, ``POST /v1/explain``, the
+playground page) and ``render_text`` turns it into a terminal report for people::
+
+    prompt = shared prefix (system + state, computed once, cached across requests)
+           ┆ per question: its suffix (the question block), then the label tokens read out
+
+Every number in it can be recomputed from it: an option's probability is the sum over its label
+paths of the product, along the path, of the restricted softmax at each trie node (``nodes``
+holds each node's children and their logits; a node with one child is not read: probability 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .schema import Answer, Content, Usage
+
+CONFIDENCE_MEANING = {
+    "typesafe": "(k·p* − 1)/(k − 1): 0 when the chosen option is no likelier than a uniform pick "
+                "among the k options, 1 when it has all the probability",
+    "bonsai": "p* · ∏(1 − p_i) over the other options: high only when the chosen option is likely "
+              "and every other one unlikely",
+    "entropy": "1 − H(p)/ln k: 0 for a uniform distribution over the k options, 1 for a certain one",
+}
+
+
+class LabelToken(BaseModel):
+    """One token of a label path: its id, its text, and its logit at the trie node it leaves
+    (None when it is the node's only child: it has probability 1 and is not read)."""
+
+    id: int
+    text: str
+    logit: float | None
+
+
+class LabelPath(BaseModel):
+    """One way the model can say an option (the option's label and its surface variants)."""
+
+    text: str
+    tokens: list[LabelToken]
+    probability: float = Field(description="product of the restricted softmax along the path")
+
+
+class OptionExplanation(BaseModel):
+    option: str = Field(description="the option's name (choice), level key (score) or yes/no (noul)")
+    label: str = Field(description="what the prompt shows for it and the model answers")
+    meaning: Content | None = Field(default=None, description="the level text (score) or criterion")
+    paths: list[LabelPath]
+    probability: float = Field(description="uncalibrated: the sum of its paths, renormalized")
+    calibrated_probability: float | None = Field(
+        default=None, description="after the calibration file, when one is applied")
+
+
+class TrieNode(BaseModel):
+    """A node of the label trie: the label tokens read so far, its children and their logits."""
+
+    prefix: list[int]
+    prefix_text: str
+    children: list[int]
+    children_text: list[str]
+    logits: list[float] | None = Field(description="None: one child, not read")
+
+
+class QuestionExplanation(BaseModel):
+    type: Literal["noul", "choice", "score"]
+    label_mode: str
+    question_text: str = Field(description="the prompt after the shared prefix, up to the answer")
+    suffix_tokens: int
+    options: list[OptionExplanation]
+    nodes: list[TrieNode]
+    answer: Answer
+    confidence_meaning: str | None = None
+
+
+class TokenAccount(BaseModel):
+    """What this call computed, and what it did not have to."""
+
+    prefix_tokens: int = Field(description="system + state: shared by every question")
+    prompt_tokens: int = Field(description="prefix + every question's suffix, each counted once")
+    input_tokens: int = Field(description="usage: every question's full prompt as if sent alone")
+    tokens_computed: int = Field(description="run through the model by this call, label-branch "
+                                             "tokens included; a prefix found in the cache is not")
+    tokens_saved: int = Field(description="input_tokens − tokens_computed (never below 0)")
+    note: str = ("the shared prefix is computed once for all questions; a prefix already in the "
+                 "cache (an earlier request about the same state) is not computed again; labels "
+                 "of several tokens add one step per trie branch")
+
+
+class Explanation(BaseModel):
+    """One request, explained: ``answers`` are exactly what ``Decider.run`` returns for it."""
+
+    model: str
+    label_mode: str
+    prefix_text: str
+    prefix_ids: list[int]
+    questions: dict[str, QuestionExplanation]
+    answers: dict[str, Answer]
+    usage: Usage
+    tokens: TokenAccount
+    latency_ms: float
+
+
+# --------------------------------------------------------------------------- text for people
+
+
+def _fmt(x: float | None, width: int = 7, digits: int = 3) -> str:
+    return f"{'—':>{width}}" if x is None else f"{x:>{width}.{digits}f}"
+
+
+def _indent(text: str, prefix: str = "  │ ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines() or [""])
+
+
+def _answer_line(a: Answer, meaning: str | None) -> str:
+    if a.type == "noul":
+        line = f"P(yes) = {a.noul:.3f}"
+    elif a.type == "choice":
+        line = (f"{a.choice}  (p* = {a.probabilities[a.choice]:.3f}, confidence {a.confidence:.3f})")
+    else:
+        line = f"expected level {a.score:.3f}  (confidence {a.confidence:.3f})"
+    if getattr(a, "calibration", None):
+        line += f"  [calibrated: {a.calibration}]"
+    out = f"  answer: {line}"
+    if meaning and a.type != "noul":
+        out += f"\n  confidence = {meaning}"
+    return out
+
+
+def render_text(e: Explanation, *, max_prompt_chars: int = 4000) -> str:
+    """A compact report: the prompt with the shared-prefix boundary, then per question a table
+    (option · label tokens · logit · probability · calibrated) and the answer."""
+    t = e.tokens
+    lines = [f"model {e.model} · labels {e.label_mode} · {t.input_tokens} input tokens, "
+             f"{t.tokens_computed} computed ({t.tokens_saved} not recomputed: shared prefix / cache) "
+             f"· {e.latency_ms:.0f} ms", ""]
+    prefix = e.prefix_text
+    if len(prefix) > max_prompt_chars:
+        cut = len(prefix) - max_prompt_chars
+        prefix = f"… ({cut} characters not shown) …" + prefix[cut:]
+    lines += [f"shared prefix ({t.prefix_tokens} tokens; computed once, cached across requests):",
+              _indent(prefix), "  ┄┄┄┄┄┄┄┄ shared-prefix boundary ┄┄┄┄┄┄┄┄", ""]
+    for name, q in e.questions.items():
+        lines += [f"question {name!r} ({q.type}, labels: {q.label_mode}; suffix {q.suffix_tokens} tokens):",
+                  _indent(q.question_text)]
+        rows = []
+        for o in q.options:
+            tokens = " | ".join("·".join(repr(tok.text) for tok in p.tokens) for p in o.paths)
+            first = [p.tokens[0].logit for p in o.paths if p.tokens and p.tokens[0].logit is not None]
+            name_col = o.option if o.meaning is None or q.type == "choice" else f"{o.option}: {o.meaning}"
+            rows.append((name_col[:40], o.label[:16], tokens[:48], max(first) if first else None,
+                         o.probability, o.calibrated_probability))
+        w = max([len(r[0]) for r in rows] + [6])
+        lw = max([len(r[1]) for r in rows] + [5])
+        tw = max([len(r[2]) for r in rows] + [12])
+        lines.append(f"  {'option':<{w}}  {'label':<{lw}}  {'label tokens':<{tw}}  {'logit':>7}  "
+                     f"{'prob':>7}  {'calib.':>7}")
+        for r in rows:
+            lines.append(f"  {r[0]:<{w}}  {r[1]:<{lw}}  {r[2]:<{tw}}  {_fmt(r[3], digits=2)}  "
+                         f"{_fmt(r[4])}  {_fmt(r[5])}")
+        lines += [_answer_line(q.answer, q.confidence_meaning), ""]
+    lines.append("logit: the first label token's raw logit (the largest over an option's variants); "
+                 "prob: restricted softmax over the options' label tokens (chain rule for longer labels).")
+    return "\n".join(lines)
+
+
+def explanation_json(e: Explanation) -> dict[str, Any]:
+    """The machine form (JSON-ready)."""
+    return e.model_dump(mode="json")
+
+
+__all__ = ["CONFIDENCE_MEANING", "Explanation", "LabelPath", "LabelToken", "OptionExplanation",
+           "QuestionExplanation", "TokenAccount", "TrieNode", "explanation_json", "render_text"]
