@@ -3,13 +3,11 @@ playground page, and abandoned requests (a client that leaves while queued costs
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,39 +16,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 import td_fakes
-from typed_decisions.server import ServerSettings, create_app
+from td_live import live_server
+from typed_decisions.server import create_app
 
 EXAMPLE = json.loads((Path(__file__).resolve().parents[1] / "examples" / "ticket.json").read_text())
-
-
-@contextlib.contextmanager
-def live_server(decider: Any, **settings: Any) -> Iterator[str]:
-    """uvicorn on 127.0.0.1 (a free port) in a thread; yields the base URL."""
-    import uvicorn
-
-    app = create_app(decider, settings=ServerSettings(**settings))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        for _ in range(1000):
-            if server.started:
-                break
-            time.sleep(0.01)
-        assert server.started, "uvicorn did not start"
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(500):  # the start-up self-test answers before requests are accepted
-            if httpx.get(base + "/readyz").status_code == 200:
-                break
-            time.sleep(0.02)
-        yield base
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 def _metric(text: str, name: str) -> float:
