@@ -119,6 +119,23 @@ def test_local_backend_from_an_export_path_loads_it_once(tiny_model_dir, tiny_de
     assert got == tiny_decider.run_many([req])[0]
 
 
+def test_local_backend_from_a_catalogue_name(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """``decider="tiny"`` (LangChain's and DSPy's ``decider=`` too) finds the cached export."""
+    import shutil
+
+    from typed_decisions.errors import ArtifactError
+    from typed_decisions.exports import export_dir
+
+    monkeypatch.setenv("TYPED_DECISIONS_CACHE", str(tmp_path))
+    with pytest.raises(ArtifactError, match="typed-decisions export smollm2-135m --out"):
+        make_backend(decider="tiny")
+    shutil.copytree(tiny_model_dir, export_dir("tiny"))
+    by_name = make_backend(decider="tiny")
+    by_alias = LocalBackend("smollm2-135m")
+    assert by_name.decider is by_alias.decider            # one engine per export, whatever its name
+    assert by_name.decider.artifacts.root == export_dir("tiny").resolve()
+
+
 # -- RemoteBackend
 
 
