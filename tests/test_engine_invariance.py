@@ -54,9 +54,14 @@ def test_batched_requests_use_and_fill_the_cache_per_request(tiny_model_dir):
     assert d.engine.stats.tokens_computed - computed < first / 2  # only B's question suffixes and labels
 
 
-def test_long_prompts_prefill_in_chunks_with_the_same_answers(tiny_model_dir):
+@pytest.mark.parametrize("cache_bytes", [0, 64 << 20])
+def test_long_prompts_prefill_in_chunks_with_the_same_answers(tiny_model_dir, cache_bytes):
+    # With the cache on, the chunked edge starts after a cached checkpoint (the template head):
+    # its chunks attend to that parent's KV as well as to each other.
     d = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
     whole = d.probabilities(request(A * 4))
+    d = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=cache_bytes)
+    d.probabilities(request(B))  # warms the template head when the cache is on
     runs = d.engine.stats.runs
     d.engine.prefill_chunk = 16
     chunked = d.probabilities(request(A * 4))

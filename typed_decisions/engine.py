@@ -533,12 +533,14 @@ class Engine:
         if len(group) == 1 and len(group[0].tokens) > self.prefill_chunk:
             node = group[0]
             segs = node.parent.path_kv() if node.parent is not None else []
-            own: list[KVRows] = []
+            past = stack_paths([segs], self.backbone.kv_dtype) if segs else self.backbone.empty(1)
+            start = past.length
             for at in range(0, len(node.tokens), self.prefill_chunk):
                 run = node.tokens[at : at + self.prefill_chunk]
-                hidden, present, past_len = self._run_rows([run], [segs + own])
-                own.append(present.slice(0, past_len, past_len + len(run)))
-            node.kv, node.hidden = _concat(own, self.backbone.kv_dtype), hidden[0]
+                # present = past + this chunk, as the graph returns it: the next chunk's past as
+                # is (one row, no padding), so earlier chunks are never copied again.
+                hidden, past, _ = self._run_past([run], past)
+            node.kv, node.hidden = past.slice(0, start, past.length), hidden[0]
             return
         paths = [n.parent.path_kv() if n.parent is not None else [] for n in group]
         hidden, present, past_len = self._run_rows([n.tokens for n in group], paths)
@@ -550,6 +552,9 @@ class Engine:
                   ) -> tuple[np.ndarray, KVRows, int]:
         """(last hidden (B, H), present, where the new tokens start in present)."""
         past = stack_paths(paths, self.backbone.kv_dtype) if any(paths) else self.backbone.empty(len(runs))
+        return self._run_past(runs, past)
+
+    def _run_past(self, runs: list[tuple[int, ...]], past: KVRows) -> tuple[np.ndarray, KVRows, int]:
         with self._run_lock:
             hidden, present = self.backbone.run(runs, past)
         with self._lock:
