@@ -10,7 +10,7 @@ engine's counters ``tokens_computed_total`` vs ``tokens_logical_total`` (their r
 sharing saves) and ``prefix_cache_hits_total`` / ``prefix_cache_misses_total``.
 
 The audit log has one line per model request (``/v1/systemone``, ``/v1/explain`` and
-``/v1/presets/{name}``, the latter with a ``preset`` field), answered or refused after
+``/v1/presets/{name}``, the latter with a ``preset`` field), answered or refused (by a limit or for its body) after
 authentication: ids, the key id, caller, model, question names and types, answers, latency,
 and the sha256 of the state's canonical JSON (``schema.json_sha256``), never the state itself nor
 a key.
