@@ -118,7 +118,10 @@ def parse_line(line: str, path: Path, n: int) -> tuple[ApiKey | None, bool]:
             if short not in _LIMIT_FIELDS or not value:
                 raise ValueError(f"{where}: unknown field {item!r}; allowed: "
                                  f"{', '.join(f + '=N' for f in _LIMIT_FIELDS)}")
-            limits[_LIMIT_FIELDS[short]] = float(value)
+            try:
+                limits[_LIMIT_FIELDS[short]] = float(value)
+            except ValueError:
+                raise ValueError(f"{where}: {short} must be a number, got {value!r}") from None
         return ApiKey(id=name, salt=salt, digest=digest, **limits), False
     if len(fields) == 1:  # legacy plaintext: KEY
         return ApiKey.hash(fields[0], f"line-{n}"), True
