@@ -135,6 +135,7 @@ def test_non_loopback_without_keys_is_refused_unless_allowed(host):
     with pytest.raises(ValueError, match="--allow-anonymous"):
         check_exposure(host, ServerSettings())
     check_exposure(host, ServerSettings(allow_anonymous=True))
+    check_exposure(host, ServerSettings.from_env({"TYPED_DECISIONS_ALLOW_ANONYMOUS": "1"}))
     check_exposure(host, ServerSettings(api_keys={"sk-1": "ops"}))
 
 
