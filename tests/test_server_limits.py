@@ -197,3 +197,28 @@ def test_every_model_route_takes_the_limits_the_audit_and_the_drain(route, tmp_p
     assert sorted((ln["key"], ln["status"]) for ln in lines) == [("a", 200), ("a", 429), ("a", 429),
                                                                 ("a", 429), ("b", 200)]
     assert {ln["route"] for ln in lines if ln["status"] == 200} == {route}
+
+
+def test_a_keys_file_line_overrides_the_server_wide_limits(tmp_path, capsys):
+    """``keys add --rpm 60 --burst 1`` limits that key; the server-wide default (no rate) keeps the
+    other key unlimited."""
+    from typed_decisions.cli import main as cli
+    from typed_decisions.server import load_api_keys
+
+    path = tmp_path / "api-keys"
+    assert cli(["keys", "add", "metered", "--rpm", "60", "--burst", "1", "--file", str(path)]) == 0
+    assert cli(["keys", "add", "free", "--file", str(path)]) == 0
+    metered, free = capsys.readouterr().out.split()
+    app = create_app(td_fakes.FakeDecider("fake-model"), settings=ServerSettings(api_keys=load_api_keys(path)))
+
+    async def scenario(client):
+        out = {}
+        for name, key in (("metered", metered), ("free", free)):
+            out[name] = [(await client.post("/v1/systemone", json=_request(f"{name} {i}"),
+                                            headers={"Authorization": f"Bearer {key}"})) for i in range(3)]
+        return out
+
+    out = asyncio.run(_live(app, scenario))
+    assert [r.status_code for r in out["metered"]] == [200, 429, 429]
+    assert out["metered"][1].headers["x-limit-hit"] == "key_requests_per_minute"
+    assert [r.status_code for r in out["free"]] == [200, 200, 200]
