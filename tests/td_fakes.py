@@ -117,6 +117,11 @@ class FakeDecider:
         self.engine.stats.calls += 1
         return [self._answer(r) for r in parsed]
 
+    def explain(self, request: Any, **kw: Any) -> DecisionResponse:
+        """Stands in for ``Decider.explain`` on ``/v1/explain``: the answers without the why (the
+        fast tests check the route's plumbing; the tiny model's tests check explanations)."""
+        return self.run_many([request], **kw)[0]
+
     def run(self, request: Any, **kw: Any) -> DecisionResponse:
         return self.run_many([request], **kw)[0]
 

@@ -159,7 +159,10 @@ def test_settings_from_env(tmp_path):
                                  "TYPED_DECISIONS_ALIASES": "jev-latest,prod",
                                  "TYPED_DECISIONS_MAX_BATCH": "4", "TYPED_DECISIONS_MAX_WAIT_MS": "2.5",
                                  "TYPED_DECISIONS_QUEUE_SIZE": "9"}, max_batch=16)
-    assert s.api_keys["sk-1"] == "ops" and s.api_keys["sk-2"].startswith("key-") and "sk-3" in s.api_keys
+    # the settings hold ids, salts and digests, never a key (ids of env keys: positions)
+    assert [k.id for k in s.api_keys] == ["ops", "env-1", "env-2"]
+    assert [k.id for k in s.api_keys if k.matches("sk-3")] == ["env-2"]
+    assert not any(k in s.model_dump_json() for k in ("sk-1", "sk-2", "sk-3"))
     assert (s.aliases, s.max_batch, s.max_wait_ms, s.queue_size) == (["jev-latest", "prod"], 16, 2.5, 9)
 
 

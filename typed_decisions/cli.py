@@ -5,6 +5,7 @@
     typed-decisions decide [--model NAME|DIR] [--labels ...] [--explain [--json]] [REQUEST.json | -]
     typed-decisions serve --model NAME|DIR [--host H] [--port P]  (needs the [server] extra)
     typed-decisions playground --model NAME|DIR               serve, and open /playground in a browser
+    typed-decisions keys add NAME | list | remove NAME [--file F]   the server's API keys (hashed)
     typed-decisions eval --model DIR (--dataset NAME | --data F.jsonl --spec S.json) [--plot P.png]
     typed-decisions calibrate --model DIR --dataset NAME --out cal.json
     typed-decisions presets list | show NAME | answer NAME --model DIR [STATE | -]
@@ -131,6 +132,16 @@ def _cmd_playground(argv: list[str]) -> int:
     return _cmd_serve([*argv, "--open"] if "--open" not in argv else argv)
 
 
+def _cmd_keys(argv: list[str]) -> int:
+    try:
+        from .server.keys import main_keys
+    except ImportError as e:
+        print(f"typed-decisions keys: needs the server's extra: pip install "
+              f"'typed-decisions-runtime[server]' ({e})", file=sys.stderr)
+        return 2
+    return int(main_keys(argv) or 0)
+
+
 def _cmd_eval(argv: list[str]) -> int:
     from .evaluation.cli import main_eval
 
@@ -155,6 +166,7 @@ COMMANDS = {
     "decide": (_cmd_decide, "answer a request (JSON) with an exported model"),
     "serve": (_cmd_serve, "serve /v1/systemone over HTTP (and the playground page at /playground)"),
     "playground": (_cmd_playground, "serve a model and open its playground page in a browser"),
+    "keys": (_cmd_keys, "issue (printed once), list and revoke the server's API keys (stored hashed)"),
     "eval": (_cmd_eval, "evaluate a question on labelled data: accuracy, NLL, ECE, risk-coverage, order bias"),
     "calibrate": (_cmd_calibrate, "fit a calibration file on a dataset's calibration split, report on test"),
     "presets": (_cmd_presets, "list, show and answer versioned question presets"),

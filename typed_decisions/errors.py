@@ -83,6 +83,19 @@ class ServerBusyError(TypedDecisionsError):
         self.retry_after_s = retry_after_s
 
 
+class RateLimitedError(ServerBusyError):
+    """A per-key or server-wide limit was hit (HTTP 429); ``limit`` names it (``key_concurrency``,
+    ``key_requests_per_minute``, ``queue_size``), and the response says so in ``x-limit-hit``."""
+
+    def __init__(self, msg: str, limit: str, retry_after_s: float = 1.0):
+        super().__init__(msg, retry_after_s)
+        self.limit = limit
+
+
+class RequestTimeoutError(TypedDecisionsError):
+    """The request body did not arrive within the server's body timeout (HTTP 408)."""
+
+
 class UnavailableError(ServerBusyError):
     """The server is loading its model or shutting down; retry elsewhere or later (HTTP 503)."""
 
@@ -94,6 +107,7 @@ HTTP_STATUS: dict[type[TypedDecisionsError], int] = {
     AuthenticationError: 401,
     BodyTooLargeError: 413,
     UnsupportedEncodingError: 415,
+    RequestTimeoutError: 408,
     UnavailableError: 503,
     ServerBusyError: 429,
     ArtifactError: 500,
@@ -113,6 +127,6 @@ def http_status(error: TypedDecisionsError) -> int:
 __all__ = [
     "ArtifactError", "AuthenticationError", "BadBodyError", "BodyTooLargeError", "ContextTooLongError",
     "EngineError", "HTTP_STATUS", "InvalidRequestError", "Loc", "ModelDownloadError",
-    "ModelIntegrityError", "ModelNotFoundError", "ServerBusyError", "TokenizerBoundaryError",
+    "ModelIntegrityError", "ModelNotFoundError", "RateLimitedError", "RequestTimeoutError", "ServerBusyError", "TokenizerBoundaryError",
     "TypedDecisionsError", "UnavailableError", "UnsupportedEncodingError", "http_status",
 ]

@@ -1,11 +1,14 @@
 """The HTTP server: one room with a door per concern.
 
     app.py            routes, error → HTTP translation, OpenAPI (``create_app``)
-    service.py        the request path of the decision routes: auth, queue, in-flight count, audit
+    service.py        the request path of the routes that run the model: auth, limits, queue, audit, drain
+    keys.py           API keys as salted hashes, constant-time lookup, ``typed-decisions keys``
+    limits.py         per-key concurrency and requests per minute (token bucket)
+    inputs.py         bounds on a body's JSON: depth, Unicode, questions, options, names
     batching.py       the micro-batcher between the event loop and the engine thread
-    body.py           bounded reading and zstd / gzip decoding of request bodies
+    body.py           bounded reading (bytes and time) and zstd / gzip decoding of request bodies
     observability.py  Prometheus metrics and the JSON-lines audit log
-    settings.py       ``ServerSettings`` from flags and ``TYPED_DECISIONS_*``, API keys
+    settings.py       ``ServerSettings`` from flags and ``TYPED_DECISIONS_*``; loopback-only anonymity
     main.py           ``typed-decisions serve``
 
 Needs the ``[server]`` extra (fastapi, uvicorn, zstandard, prometheus-client). The pipeline never
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 from .app import create_app, error_response
 from .main import main
-from .settings import ServerSettings, load_api_keys
+from .keys import ApiKey, load_api_keys
+from .settings import ServerSettings
 
-__all__ = ["ServerSettings", "create_app", "error_response", "load_api_keys", "main"]
+__all__ = ["ApiKey", "ServerSettings", "create_app", "error_response", "load_api_keys", "main"]

@@ -12,9 +12,10 @@ unchanged. Routes::
     GET  /v1/models          {"models": [{"name", "description", "release_date"}]}: the model + aliases
     GET  /healthz            the process is up
     GET  /readyz             the model is loaded and answered a self-test decision (else 503)
-    GET  /metrics            Prometheus text (one CollectorRegistry per app)
+    GET  /metrics            Prometheus text (one CollectorRegistry per app; needs a key when keys are set)
 
-The request path of the decision routes is ``service.py``'s (auth, bodies, queue, audit);
+Every route that runs the model (the three POSTs) takes ``service.py``'s request path (auth,
+per-key limits, bounded bodies, queue, audit, drain);
 this module builds the app around it (``create_app``) and translates errors once: every refusal
 is a ``TypedDecisionsError`` whose status comes from ``errors.HTTP_STATUS``; the body has
 FastAPI's shape ``{"detail": [{"loc": ["body", ...field path], "msg", "type"}]}``; every
@@ -43,13 +44,13 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (AuthenticationError, BadBodyError, BodyTooLargeError, InvalidRequestError,
-                      ModelNotFoundError, ServerBusyError, TypedDecisionsError, UnsupportedEncodingError,
-                      http_status)
+                      ModelNotFoundError, RateLimitedError, RequestTimeoutError, ServerBusyError,
+                      TypedDecisionsError, UnsupportedEncodingError, http_status)
 from ..evaluation.presets import list_presets, load_preset
 from ..explain import Explanation
 from ..schema import DecisionRequest, DecisionResponse
-from .service import Service
-from .settings import ServerSettings
+from .service import PresetRequest, Service
+from .settings import ANONYMOUS_WARNING, ServerSettings
 
 log = logging.getLogger("typed_decisions.server")
 
@@ -65,6 +66,7 @@ _LOC: dict[type[TypedDecisionsError], tuple[str, ...]] = {
     ModelNotFoundError: ("body", "model"),
     BodyTooLargeError: ("body",),
     BadBodyError: ("body",),
+    RequestTimeoutError: ("body",),
     UnsupportedEncodingError: ("header", "content-encoding"),
 }
 
@@ -90,6 +92,8 @@ def error_response(error: TypedDecisionsError) -> JSONResponse:
     if isinstance(error, ServerBusyError):
         headers = {"retry-after": str(max(1, math.ceil(error.retry_after_s))),
                    "retry-after-ms": str(max(1, int(error.retry_after_s * 1000)))}
+    if isinstance(error, RateLimitedError):
+        headers["x-limit-hit"] = error.limit  # key_concurrency | key_requests_per_minute | queue_size
     if isinstance(error, AuthenticationError):
         headers["www-authenticate"] = "Bearer"
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
@@ -114,20 +118,14 @@ class ModelInfo(BaseModel):
 
 
 class ModelList(BaseModel):
-    """``GET /v1/models``: the loaded model's name first, then its aliases."""
+    """``GET /v1/models``: the loaded model's name first, then its aliases; ``warning`` only when
+    the server accepts anonymous callers (clients ignore unknown fields)."""
 
     models: list[ModelInfo]
+    warning: str | None = None
 
 
-class PresetRequest(BaseModel):
-    """Body of ``POST /v1/presets/{name}``: the state, and optional ``label_mode`` / ``threshold``."""
-
-    model_config = {"extra": "forbid"}
-    state: str | dict[str, Any] | list[Any]
-    params: dict[str, Any] = {}
-
-
-ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 404, 413, 415, 422, 429, 503)}
+ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 404, 408, 413, 415, 422, 429, 503)}
 
 
 # --------------------------------------------------------------------------- the app, step by step
@@ -183,15 +181,20 @@ def _add_decision_routes(app: FastAPI, service: Service) -> None:
     async def explain(request: Request) -> JSONResponse:
         return await service.explain(request)
 
-    @app.get("/v1/models", responses={200: {"model": ModelList}, 401: {"model": ErrorBody}})
+    @app.get("/v1/models", responses={200: {"model": ModelList}, 401: {"model": ErrorBody}},
+             response_model_exclude_none=True)
     async def models(request: Request) -> ModelList:
         service.authenticate(request)
         service.check_accepting()
         description = service.settings.description or (
             f"{service.decider.name}: typed decisions from an exported LM on ONNX Runtime (text only)")
         date = service.release_date()
+        warning = None
+        if not service.settings.api_keys:
+            warning = (ANONYMOUS_WARNING if service.settings.allow_anonymous else
+                       "anonymous access: no API keys are configured, so only loopback callers are served")
         return ModelList(models=[ModelInfo(name=n, description=description, release_date=date)
-                                 for n in service.names])
+                                 for n in service.names], warning=warning)
 
 
 def _add_preset_routes(app: FastAPI, service: Service) -> None:
@@ -216,8 +219,8 @@ def _add_preset_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/v1/presets/{name}", responses={**ERRORS},
               summary="Ask a preset's question about a state: answers, the act flag, the preset version")
-    async def preset(name: str, body: PresetRequest, request: Request) -> dict[str, Any]:
-        return await service.preset(request, name, body.state, body.params)
+    async def preset(name: str, request: Request) -> dict[str, Any]:
+        return await service.preset(request, name)
 
 
 def _add_playground(app: FastAPI) -> None:
@@ -245,14 +248,16 @@ def _add_operations_routes(app: FastAPI, service: Service) -> None:
         service.check_accepting()
         return {"status": "ready", "model": service.decider.name, "aliases": service.names[1:]}
 
-    @app.get("/metrics", response_class=PlainTextResponse)
-    async def metrics() -> PlainTextResponse:
+    @app.get("/metrics", response_class=PlainTextResponse, responses={401: {"model": ErrorBody}})
+    async def metrics(request: Request) -> PlainTextResponse:
+        service.authenticate(request)  # per-key counters name the keys: not for anonymous eyes
         return PlainTextResponse(generate_latest(service.metrics.registry),
                                  media_type=CONTENT_TYPE_LATEST)
 
 
 def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
-    """FastAPI's schema plus the DecisionRequest body (the handler reads the raw body itself)."""
+    """FastAPI's schema plus the request bodies (the handlers read the raw bodies themselves,
+    through the service's bounds)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -262,9 +267,12 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update(req.pop("$defs", {}))
             components["DecisionRequest"] = req
-            schema["paths"]["/v1/systemone"]["post"]["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DecisionRequest"}}}}
+            components["PresetRequest"] = PresetRequest.model_json_schema()
+            for path, model in (("/v1/systemone", "DecisionRequest"), ("/v1/explain", "DecisionRequest"),
+                                ("/v1/presets/{name}", "PresetRequest")):
+                schema["paths"][path]["post"]["requestBody"] = {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model}"}}}}
             app.openapi_schema = schema
         return app.openapi_schema
 

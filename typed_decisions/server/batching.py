@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
-from ..errors import ServerBusyError
+from ..errors import RateLimitedError
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -61,7 +61,8 @@ class MicroBatcher(Generic[In, Out]):
         executor: where ``run_many`` runs (one thread: the engine is serial anyway).
         max_batch: most requests per engine call.
         max_wait_s: how long the first request of a batch waits for company.
-        queue_size: most requests waiting; beyond it ``submit`` raises ``ServerBusyError`` (429).
+        queue_size: most requests waiting; beyond it ``submit`` raises
+            ``RateLimitedError(limit="queue_size")`` (429).
         on_batch: called with (batch size, seconds) after each engine call (metrics).
         on_drop: called for each queued request dropped unrun because its caller cancelled it
             (the client went away): such a request costs no engine work.
@@ -112,10 +113,10 @@ class MicroBatcher(Generic[In, Out]):
     async def submit(self, item: In) -> Out:
         """Queue one request and wait for its answer (raises its error)."""
         if len(self._queue) >= self.queue_size:
-            raise ServerBusyError(
-                f"the request queue is full ({self.queue_size} waiting); retry after the "
-                "retry-after header, or run more replicas / raise --queue-size",
-                retry_after_s=self.retry_after_s())
+            raise RateLimitedError(
+                f"the request queue is full (queue_size = {self.queue_size} waiting); retry after "
+                "the retry-after header, or run more replicas / raise --queue-size",
+                limit="queue_size", retry_after_s=self.retry_after_s())
         fut: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
         self._queue.append((item, fut))
         self._arrived.set()

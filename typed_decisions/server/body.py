@@ -7,17 +7,23 @@ limit, so a 1 KB zstd bomb that would expand to gigabytes costs at most the limi
 (``BodyTooLargeError`` → 413), never the memory it asks for. Truncated or corrupt streams are
 ``BadBodyError`` (400); unknown encodings ``UnsupportedEncodingError`` (415).
 
+Time is bounded too: a body must arrive within ``timeout_s`` (slow-loris clients that trickle a
+byte at a time get ``RequestTimeoutError``, 408), and at most ``MAX_CODINGS`` encodings may be
+stacked (``gzip, gzip, ...`` nests bombs; each layer is bounded, and so is their number).
+
 ``service.py`` calls ``read_body`` then ``decode_body``; nothing here knows about JSON or models.
 """
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import AsyncIterator
 
-from ..errors import BadBodyError, BodyTooLargeError, UnsupportedEncodingError
+from ..errors import BadBodyError, BodyTooLargeError, RequestTimeoutError, UnsupportedEncodingError
 
 SUPPORTED_ENCODINGS = ("zstd", "gzip", "identity")
+MAX_CODINGS = 2  # e.g. "gzip, zstd"; more layers serve only bombs
 
 # zstd input is fed in slices this small: one slice can expand to at most ~ slice/4 × 128 KiB
 # (RLE blocks), which bounds the memory a bomb costs beyond the limit to a few MiB.
@@ -29,17 +35,25 @@ def _too_large(limit: int) -> BodyTooLargeError:
                              "(after decompression); shorten the state, or raise --max-body-bytes")
 
 
-async def read_body(chunks: AsyncIterator[bytes], limit: int, content_length: str | None = None) -> bytes:
-    """Read a body stream, refusing (413) as soon as it passes ``limit`` bytes."""
+async def read_body(chunks: AsyncIterator[bytes], limit: int, content_length: str | None = None,
+                    timeout_s: float | None = None) -> bytes:
+    """Read a body stream, refusing (413) as soon as it passes ``limit`` bytes, and (408) if it
+    has not all arrived after ``timeout_s`` seconds."""
     if content_length is not None and content_length.strip().isdigit() and int(content_length) > limit:
         raise _too_large(limit)
     parts: list[bytes] = []
     size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        parts.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                parts.append(chunk)
+    except TimeoutError:
+        raise RequestTimeoutError(
+            f"the request body did not arrive within {timeout_s:g} s (--body-timeout-s; {size} bytes "
+            "came); send the whole body at once") from None
     return b"".join(parts)
 
 
@@ -94,6 +108,9 @@ def decode_body(data: bytes, content_encoding: str | None, limit: int) -> bytes:
     b'{"a": 1}'
     """
     codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+    if len(codings) > MAX_CODINGS:
+        raise UnsupportedEncodingError(f"{len(codings)} stacked Content-Encodings; at most "
+                                       f"{MAX_CODINGS} are decoded (e.g. 'zstd' or 'gzip')")
     for coding in reversed(codings):
         if coding == "identity":
             continue

@@ -2,7 +2,8 @@
 
 Loading the model happens in the background (``/healthz`` answers at once, ``/readyz`` when the
 model has answered its self-test); SIGINT / SIGTERM refuse new requests and drain the ones in
-flight before the process ends.
+flight before the process ends. Without API keys it listens on loopback only: a non-loopback
+``--host`` without keys is refused at start unless ``--allow-anonymous`` (``settings.check_exposure``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import threading
 import webbrowser
 from pathlib import Path
@@ -19,7 +21,7 @@ from ..compiler import LABEL_MODES, LabelMode
 from ..exports import ensure_export, locate
 from .app import create_app
 from .service import Service
-from .settings import ENV_PREFIX, ServerSettings, load_api_keys
+from .settings import ENV_PREFIX, ServerSettings, check_exposure, load_api_keys
 
 __all__ = ["main"]
 
@@ -46,7 +48,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-prompt-tokens", type=int, default=env("MAX_PROMPT_TOKENS"),
                    help="refuse (422) prompts longer than this (default: the model's context)")
     p.add_argument("--api-keys-file", type=Path, default=None,
-                   help="file of 'KEY' or 'ID KEY' lines (also TYPED_DECISIONS_API_KEYS_FILE)")
+                   help="keys file of salted hashes, from 'typed-decisions keys add NAME' (also "
+                        "TYPED_DECISIONS_API_KEYS_FILE)")
+    p.add_argument("--allow-anonymous", action="store_true", default=None,
+                   help="serve without keys on a non-loopback --host (refused otherwise; logged loudly)")
+    p.add_argument("--key-concurrency", type=int, default=None, dest="key_max_concurrent",
+                   help="most in-flight requests per key (default 16)")
+    p.add_argument("--key-rpm", type=float, default=None, dest="key_requests_per_minute",
+                   help="requests per minute per key, token bucket (default: no rate limit)")
+    p.add_argument("--key-burst", type=int, default=None, help="token-bucket size per key (default: 10 s of --key-rpm)")
+    p.add_argument("--body-timeout-s", type=float, default=None, help="most seconds to receive a body (408)")
+    for name in ("max-json-depth", "max-questions", "max-options", "max-name-chars"):
+        p.add_argument(f"--{name}", type=int, default=None, help="input bound (422), docs/deploy.md")
     p.add_argument("--alias", action="append", default=None, dest="aliases",
                    help="extra model name (repeatable; default: jev-latest)")
     p.add_argument("--max-batch", type=int, default=None)
@@ -71,9 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ServerSettings.from_env(
         aliases=args.aliases, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-        queue_size=args.queue_size, max_body_bytes=args.max_body_bytes, audit_log=args.audit_log)
+        queue_size=args.queue_size, max_body_bytes=args.max_body_bytes, audit_log=args.audit_log,
+        allow_anonymous=args.allow_anonymous, key_max_concurrent=args.key_max_concurrent,
+        key_requests_per_minute=args.key_requests_per_minute, key_burst=args.key_burst,
+        body_timeout_s=args.body_timeout_s, max_json_depth=args.max_json_depth,
+        max_questions=args.max_questions, max_options=args.max_options, max_name_chars=args.max_name_chars)
     if args.api_keys_file is not None:
-        settings.api_keys.update(load_api_keys(args.api_keys_file))
+        settings.api_keys.extend(load_api_keys(args.api_keys_file))
+    try:
+        check_exposure(args.host, settings)
+    except ValueError as e:
+        print(f"typed-decisions serve: {e}", file=sys.stderr)
+        return 2
     threads = int(args.threads) if args.threads else None
     max_tokens = int(args.max_prompt_tokens) if args.max_prompt_tokens else None
     labels: LabelMode = args.labels

@@ -4,12 +4,14 @@ Metrics (``GET /metrics``), all prefixed ``typed_decisions_``: ``http_requests_t
 ``request_seconds`` (histogram of answered decisions), ``questions_total{type}``,
 ``batch_requests`` / ``batch_seconds`` (per engine call), ``queue_depth``, ``in_flight``,
 ``client_disconnects_total`` and ``dropped_before_engine_total`` (callers that left; the latter cost no
-engine call), and the
+engine call), per key (the key id, or ``anonymous``; never the key) ``key_requests_total{key,status}``,
+``key_limited_total{key,limit}`` (429s by the limit hit) and ``key_in_flight{key}``, and the
 engine's counters ``tokens_computed_total`` vs ``tokens_logical_total`` (their ratio is what prefix
 sharing saves) and ``prefix_cache_hits_total`` / ``prefix_cache_misses_total``.
 
-The audit log has one line per decision request (``/v1/systemone`` and ``/v1/presets/{name}``, the
-latter with a ``preset`` field): ids, caller, model, question names and types, answers, latency,
+The audit log has one line per model request (``/v1/systemone``, ``/v1/explain`` and
+``/v1/presets/{name}``, the latter with a ``preset`` field), answered or refused (by a limit or for its body) after
+authentication: ids, the key id, caller, model, question names and types, answers, latency,
 and the sha256 of the state's canonical JSON (``schema.json_sha256``), never the state itself nor
 a key.
 """
@@ -77,6 +79,14 @@ class Metrics:
         self.dropped = Counter("typed_decisions_dropped_before_engine",
                                "Queued requests dropped without an engine call: their client went away",
                                registry=r)
+        self.key_requests = Counter("typed_decisions_key_requests",
+                                    "Model requests by key id (never the key) and status", ["key", "status"],
+                                    registry=r)
+        self.key_limited = Counter("typed_decisions_key_limited",
+                                   "Requests refused 429 by key id and the limit hit", ["key", "limit"],
+                                   registry=r)
+        self.key_in_flight = Gauge("typed_decisions_key_in_flight", "Model requests in flight by key id",
+                                   ["key"], registry=r)
         r.register(_EngineCollector(engine_stats))
 
 

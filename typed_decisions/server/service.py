@@ -1,15 +1,18 @@
-"""The state one app holds, and the request path both decision routes share.
+"""The state one app holds, and the request path every route that runs the model shares.
 
 ``app.py`` owns routes and the error → HTTP translation; this module owns what happens to a
-decision request between them, written once for ``POST /v1/systemone`` and ``POST
-/v1/presets/{name}``::
+model request between them, written once for every route that runs the model (``POST
+/v1/systemone``, ``POST /v1/explain``, ``POST /v1/presets/{name}``)::
 
-    auth (401) → accepting? (503) → in-flight +1 → the route's own reading of the body
-    → queue (``batching``: 429) → ``Decider.run_many`` on the engine thread → answer
-    → in-flight −1, metrics, one audit line
+    auth (401: hashed keys, ``keys.py``) → accepting? (503) → the key's limits (``limits.py``: 429)
+    → in-flight +1 → the body: bounded in bytes and time (``body.py``: 413/415/400/408), in JSON
+    (``inputs.py``: 422) → queue (``batching``: 429) → ``Decider.run_many`` on the engine thread
+    → answer → in-flight −1, per-key metrics, one audit line
 
 Shutdown refuses new requests (503) and waits for the in-flight ones (``settings.shutdown_timeout_s``),
-whichever route they came by.
+whichever route they came by. Without keys every caller is ``anonymous`` (one set of limits), and
+only on loopback unless ``settings.allow_anonymous``: a request that reached a non-loopback
+address of an anonymous server is refused (401), however the app was started.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,14 +34,19 @@ from fastapi.responses import JSONResponse
 
 from ..compiler import LabelMode
 from ..decider import parse_request
-from ..errors import (AuthenticationError, InvalidRequestError, ModelNotFoundError, TypedDecisionsError,
-                      UnavailableError, http_status)
+from pydantic import BaseModel, ValidationError
+
+from ..errors import (AuthenticationError, InvalidRequestError, ModelNotFoundError, RateLimitedError,
+                      TypedDecisionsError, UnavailableError, http_status)
 from ..evaluation.presets import prepare_preset
 from ..schema import DecisionRequest, DecisionResponse, json_sha256
 from .batching import MicroBatcher
 from .body import decode_body, read_body
+from .inputs import check_json, check_questions, parse_json, shown
+from .keys import find_key
+from .limits import KeyLimits, Limiter
 from .observability import AuditLog, Metrics
-from .settings import ENV_PREFIX, ServerSettings
+from .settings import ANONYMOUS_WARNING, ENV_PREFIX, ServerSettings, is_loopback
 
 log = logging.getLogger("typed_decisions.server")
 
@@ -71,6 +79,27 @@ async def wait_disconnect(request: Request) -> None:
             return
 
 
+class PresetRequest(BaseModel):
+    """Body of ``POST /v1/presets/{name}``: the state, and optional ``label_mode`` / ``threshold``."""
+
+    model_config = {"extra": "forbid"}
+    state: str | dict[str, Any] | list[Any]
+    params: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the key id (``anonymous`` without keys), the caller named in the audit log
+    (``X-Caller``, else the key id), and the key's limits."""
+
+    key_id: str
+    caller: str
+    limits: KeyLimits
+
+
+ANONYMOUS = "anonymous"
+
+
 @dataclass
 class Handled:
     """What one decision request came to, for metrics and the audit line (filled as it goes)."""
@@ -95,6 +124,7 @@ class Service:
             in_flight=lambda: self.in_flight,
             engine_stats=lambda: getattr(getattr(self.decider, "engine", None), "stats", None))
         self.audit = AuditLog(settings.audit_log) if settings.audit_log else None
+        self.limiter = Limiter()
         self.ready = False
         self.load_error: str | None = None
         self.shutting_down = False
@@ -104,9 +134,12 @@ class Service:
     # -- lifecycle
 
     async def start(self) -> None:
-        if not self.settings.api_keys:
-            log.warning("no API keys configured: any bearer key is accepted (set %sAPI_KEYS or "
-                        "--api-keys-file to require one)", ENV_PREFIX)
+        if not self.settings.api_keys and self.settings.allow_anonymous:
+            log.warning("%s (--allow-anonymous). Issue keys with 'typed-decisions keys add NAME'.",
+                        ANONYMOUS_WARNING)
+        elif not self.settings.api_keys:
+            log.warning("no API keys configured: any bearer key is accepted, on loopback only (set "
+                        "%sAPI_KEYS_FILE or --api-keys-file to require one)", ENV_PREFIX)
         if self.decider is None:  # a factory: load in the background so /healthz answers meanwhile
             self._load_task = asyncio.get_running_loop().create_task(self._load())
         else:
@@ -179,20 +212,37 @@ class Service:
             return list(self.settings.aliases)
         return list(dict.fromkeys([self.decider.name, *self.settings.aliases]))
 
-    def authenticate(self, request: Request) -> str:
-        """The caller's id for logs: ``X-Caller``, else the key id, else ``anonymous``."""
+    def _limits(self, record: Any = None) -> KeyLimits:
+        s = self.settings
+        return KeyLimits(
+            max_concurrent=getattr(record, "max_concurrent", None) or s.key_max_concurrent,
+            requests_per_minute=getattr(record, "requests_per_minute", None) or s.key_requests_per_minute,
+            burst=getattr(record, "burst", None) or s.key_burst)
+
+    def authenticate(self, request: Request) -> Principal:
+        """The caller, from ``Authorization: Bearer <key>`` (compared in constant time with the
+        hashed keys), or ``anonymous`` when the server has no keys (loopback only, unless
+        ``allow_anonymous``)."""
         keys = self.settings.api_keys
         scheme, _, key = request.headers.get("authorization", "").partition(" ")
         key = key.strip()
         if keys:
             if scheme.lower() != "bearer" or not key:
                 raise AuthenticationError("missing API key: send 'Authorization: Bearer <key>'")
-            if key not in keys:
+            record = find_key(keys, key)
+            if record is None:
                 raise AuthenticationError("unknown API key; ask the server's operator for a valid "
-                                          "one (the server's keys come from TYPED_DECISIONS_API_KEYS "
-                                          "or --api-keys-file)")
-        caller = request.headers.get("x-caller", "").strip()[:128]
-        return caller or (keys[key] if keys else "anonymous")
+                                          "one (typed-decisions keys add NAME issues one)")
+            key_id, limits = record.id, self._limits(record)
+        else:
+            server = request.scope.get("server") or ("", None)
+            if not self.settings.allow_anonymous and _is_ip(server[0]) and not is_loopback(server[0]):
+                raise AuthenticationError(
+                    "this server has no API keys, so it answers anonymous callers on loopback only; "
+                    "its operator must configure keys (or --allow-anonymous)")
+            key_id, limits = ANONYMOUS, self._limits()
+        caller = shown(request.headers.get("x-caller", "").strip(), 128).removesuffix("…")
+        return Principal(key_id, caller or key_id, limits)
 
     def check_accepting(self) -> None:
         if self.shutting_down:
@@ -202,25 +252,34 @@ class Service:
             why = f"the model failed to load: {self.load_error}" if self.load_error else "the model is loading"
             raise UnavailableError(f"not ready: {why}", retry_after_s=5.0)
 
-    # -- the request path, shared by both decision routes
+    # -- the request path, shared by every route that runs the model
 
     async def _handle(self, request: Request, work: Callable[[Handled], Awaitable[Any]], *,
                       timed: bool) -> Any:
-        """auth → accepting → ``work`` counted in flight → metrics and one audit line, whatever
-        the outcome. ``timed``: observe the latency histogram (``/v1/systemone`` only)."""
+        """auth → accepting → the key's limits → ``work`` counted in flight → metrics and one audit
+        line, whatever the outcome. ``timed``: observe the latency histogram (``/v1/systemone`` only)."""
         t0 = time.perf_counter()
-        caller = self.authenticate(request)
+        who = self.authenticate(request)
         self.check_accepting()
-        self.in_flight += 1
         handled = Handled()
         status = 500
+        acquired = False
         try:
+            busy = self.batcher.retry_after_s() if self.batcher is not None else 1.0
+            self.limiter.acquire(who.key_id, who.limits, busy_retry_s=busy)
+            acquired = True
+            self.in_flight += 1
+            self.metrics.key_in_flight.labels(who.key_id).inc()
             result = await work(handled)
             status = 200
             assert handled.response is not None
             for answer in handled.response.answers.values():
                 self.metrics.questions.labels(answer.type).inc()
             return result
+        except RateLimitedError as e:
+            status = http_status(e)
+            self.metrics.key_limited.labels(who.key_id, e.limit).inc()
+            raise
         except TypedDecisionsError as e:
             status = http_status(e)
             raise
@@ -229,14 +288,18 @@ class Service:
             return JSONResponse({"detail": [{"loc": [], "msg": "client closed the connection",
                                              "type": "client_closed"}]}, status_code=status)
         finally:
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self._idle.set()
+            if acquired:
+                self.limiter.release(who.key_id)
+                self.metrics.key_in_flight.labels(who.key_id).dec()
+                self.in_flight -= 1
+                if self.in_flight == 0:
+                    self._idle.set()
+            self.metrics.key_requests.labels(who.key_id, str(status)).inc()
             seconds = time.perf_counter() - t0
             if status == 200 and timed:
                 self.metrics.latency.observe(seconds)
             if self.audit is not None:
-                self._audit(request, caller, handled, status, seconds)
+                self._audit(request, who, handled, status, seconds)
 
     async def _submit(self, job: Job, request: Request) -> Any:
         """Queue ``job`` and wait for its answer, unless the client goes away first: then its
@@ -272,11 +335,17 @@ class Service:
 
         return await self._handle(request, work, timed=True)
 
-    async def preset(self, request: Request, name: str, state: Any, params: dict[str, Any]) -> dict[str, Any]:
-        """``POST /v1/presets/{name}``: the preset's question, queued like any decision request."""
+    async def preset(self, request: Request, name: str) -> dict[str, Any]:
+        """``POST /v1/presets/{name}``: the preset's question, queued like any decision request;
+        its body (``PresetRequest``) is read through the same bounds as the others."""
 
         async def work(handled: Handled) -> dict[str, Any]:
-            call = prepare_preset(self.decider.name, name, state, params)
+            try:
+                body = PresetRequest.model_validate(await self._read_json(request))
+            except ValidationError as e:
+                raise InvalidRequestError("invalid preset request", errors=[
+                    (tuple(err["loc"]), err["msg"]) for err in e.errors()]) from None
+            call = prepare_preset(self.decider.name, name, body.state, body.params)
             handled.preset = {"name": call.preset.name, "version": call.preset.version}
             handled.parsed = parse_request(call.request)
             handled.response = await self._submit(Job(handled.parsed, call.label_mode), request)
@@ -301,23 +370,23 @@ class Service:
         return await self._handle(request, work, timed=False)
 
     async def _read_json(self, request: Request) -> Any:
-        """The body, bounded and decoded (``body``: 413/415/400), as JSON (422 if it is not)."""
-        limit = self.settings.max_body_bytes
-        raw = await read_body(request.stream(), limit, request.headers.get("content-length"))
-        body = decode_body(raw, request.headers.get("content-encoding"), limit)
-        try:
-            return json.loads(body)
-        except ValueError as e:  # includes UnicodeDecodeError
-            err = InvalidRequestError(f"the body is not valid JSON: {e}")
-            err.kind = "json_invalid"  # type: ignore[attr-defined]
-            raise err from None
+        """The body, bounded in bytes and time and decoded (``body``: 413/415/400/408), as JSON
+        within the input bounds (``inputs``: 422)."""
+        s = self.settings
+        raw = await read_body(request.stream(), s.max_body_bytes, request.headers.get("content-length"),
+                              timeout_s=s.body_timeout_s)
+        value = parse_json(decode_body(raw, request.headers.get("content-encoding"), s.max_body_bytes))
+        check_json(value, max_depth=s.max_json_depth, max_key_chars=s.max_name_chars)
+        check_questions(value, max_questions=s.max_questions, max_options=s.max_options)
+        return value
 
-    def _audit(self, request: Request, caller: str, handled: Handled, status: int, seconds: float) -> None:
+    def _audit(self, request: Request, who: Principal, handled: Handled, status: int, seconds: float) -> None:
         assert self.audit is not None
         parsed, response = handled.parsed, handled.response
         record = {
             "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
-            "request_id": request.state.request_id, "caller": caller, "status": status,
+            "request_id": request.state.request_id, "key": who.key_id, "caller": who.caller,
+            "status": status, "route": request.url.path,
             "model": parsed.model if parsed else None,
             "questions": {n: q.type for n, q in parsed.questions.items()} if parsed else None,
             "answers": response.model_dump(mode="json")["answers"] if response else None,
@@ -339,4 +408,13 @@ class Service:
         return dt.date.today().isoformat()
 
 
-__all__ = ["ClientGone", "Job", "SELF_TEST", "Service", "wait_disconnect"]
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:  # "testserver" (in-process tests), a Unix socket's empty name
+        return False
+    return True
+
+
+__all__ = ["ANONYMOUS", "ClientGone", "Job", "PresetRequest", "Principal", "SELF_TEST", "Service",
+           "wait_disconnect"]
