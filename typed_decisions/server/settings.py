@@ -54,7 +54,7 @@ class ServerSettings(BaseModel):
     body_timeout_s: float = Field(30.0, gt=0, description="Most seconds to receive a body (slow clients: 408).")
     max_json_depth: int = Field(32, ge=2, description="Deepest nesting of arrays/objects in a body (422).")
     max_questions: int = Field(64, ge=1, description="Most questions per request (422).")
-    max_options: int = Field(256, ge=2, description="Most options of a choice / levels of a score (422).")
+    max_options: int = Field(1024, ge=2, description="Most options of a choice / levels of a score (422): 1,024 covers real taxonomies; the engine bounds the KV a call may hold on its own.")
     max_name_chars: int = Field(256, ge=1, description="Longest question or option name (422).")
 
     @field_validator("api_keys", mode="before")
