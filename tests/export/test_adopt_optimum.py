@@ -3,7 +3,7 @@
 Oracle: the same tiny random model (tiny_models.py, seeded) exported by our exporter from the same
 Hugging Face folder, whose own self-check compared it with transformers. Optimum's graph comes from
 `optimum-cli export onnx --task text-generation-with-past` in a throwaway venv with Optimum's pins
-(tests/optimum_export.py; venv and exports cached on disk). Two architectures: Llama (untied head
+(tests/foreign_exports.py; venv and exports cached on disk). Two architectures: Llama (untied head
 stored (H, V), BOS) and Qwen2 (head tied to the embedding, read through a Transpose).
 """
 
@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 from export_cache import cached_export
-from optimum_export import optimum_export
+from foreign_exports import optimum_export
 from td_invariance import QUESTIONS, request, vector
 
 from typed_decisions.artifacts import load_artifacts

@@ -1,6 +1,6 @@
 """Graphs the adopter must refuse (or fold), made by hand-breaking a REAL Optimum export.
 
-Each test copies Optimum's export of the tiny Llama (tests/optimum_export.py, cached), edits its
+Each test copies Optimum's export of the tiny Llama (tests/foreign_exports.py, cached), edits its
 graph with `onnx`, and checks that `adopt_onnx` refuses it with a message naming what it found,
 leaving no manifest.json (an unusable directory never looks finished). One edit is adoptable: a
 logit scale and a soft-cap after the head are folded into the manifest, and the self-check (against
@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-from optimum_export import optimum_export
+from foreign_exports import genai_export, optimum_export
 
 from typed_decisions.decider import Decider
 from typed_decisions_export import SelfCheckError
@@ -107,7 +107,7 @@ def test_block_quantized_head(optimum_llama, tmp_path):
     refused(broken(optimum_llama, tmp_path, quantize), tmp_path, r"MatMulNBits .*block-quantized LM head")
 
 
-def test_fused_attention(optimum_llama, tmp_path):
+def test_fused_attention_in_an_optimum_graph(optimum_llama, tmp_path):
     def fuse(model):
         node = helper.make_node("GroupQueryAttention", ["q", "k", "v"], ["gqa_out"], domain="com.microsoft",
                                 name="/model/layers.0/attn/GroupQueryAttention", num_heads=4, kv_num_heads=2)
@@ -117,11 +117,19 @@ def test_fused_attention(optimum_llama, tmp_path):
     assert "attention_mask" in msg
 
 
-def test_onnxruntime_genai_folder(optimum_llama, tmp_path):
-    folder = broken(optimum_llama, tmp_path, lambda m: None)
-    (folder / "genai_config.json").write_text(json.dumps({"model": {"type": "llama"}}))
-    msg = refused(folder, tmp_path, "onnxruntime-genai builder output")
+def test_onnxruntime_genai_builder_output(tmp_path):
+    """The real builder's fp32 CPU graph of the same tiny Llama: refused, saying what it would take."""
+    genai = genai_export("llama")
+    assert (genai / "genai_config.json").is_file()
+    msg = refused(genai, tmp_path, "onnxruntime-genai builder output")
     assert "seqlens_k" in msg and "driver" in msg and "MatMulNBits" in msg
+    # Without its genai_config.json (and with a config.json) the graph itself is refused: the
+    # fused kernel is named, with how many there are.
+    folder = tmp_path / "bare"
+    shutil.copytree(genai, folder)
+    (folder / "genai_config.json").unlink()
+    shutil.copy(optimum_export("llama") / "hf" / "config.json", folder)
+    refused(folder, tmp_path, r"fused attention ops \(GroupQueryAttention x2, com.microsoft\)")
 
 
 def test_older_merged_layout(optimum_llama, tmp_path):

@@ -7,7 +7,8 @@ Recognised layouts:
   `past_key_values.{i}.key|value` and outputs `logits`, `present.{i}.key|value`, beside
   `config.json`, `tokenizer.json`, `tokenizer_config.json`. These names are the format's own
   (docs/FORMAT.md), so nothing is renamed: only `logits` becomes `last_hidden_state`.
-- **onnxruntime-genai** (its model builder: `genai_config.json`): refused, with what it would
+- **onnxruntime-genai** (its model builder: `genai_config.json`; inputs `input_ids`,
+  `attention_mask`, past; no `position_ids`; GroupQueryAttention): refused, with what it would
   take (see `_GENAI_REFUSAL`).
 
 `inspect_source` only reads the graph's structure (`load_external_data=False`): every refusal
@@ -34,12 +35,13 @@ FUSED_ATTENTION = {
 REQUIRED_INPUTS = ("input_ids", "attention_mask", "position_ids")
 _GENAI_REFUSAL = (
     "onnxruntime-genai builder output ({what}) cannot be adopted yet: its graphs use "
-    "GroupQueryAttention, which takes seqlens_k / total_sequence_length (one contiguous valid "
-    "length per row) instead of a padded attention_mask, while the engine's batched steps put "
-    "padding zeros anywhere in the mask (left padding of a prefill, right padding of earlier "
-    "suffix steps). Adopting it needs an engine driver that feeds each row's own lengths, with "
-    "no padding inside the past, and a float LM head (builder -p fp32 or fp16, not int4's "
-    "MatMulNBits). Export the model with Optimum instead (optimum-cli export onnx --task "
+    "GroupQueryAttention, which takes no position_ids and derives each row's positions and valid "
+    "length from the attention_mask (seqlens_k / total_sequence_length: one contiguous run of "
+    "ones per row), while the engine's batched steps put padding zeros anywhere in the mask (left "
+    "padding of a prefill, right padding of earlier suffix steps) and feed explicit positions. "
+    "Adopting it needs an engine driver that feeds each row its own lengths with no padding "
+    "inside the past, and a float LM head (builder -p fp32 or fp16, not int4's MatMulNBits). "
+    "Export the model with Optimum instead (optimum-cli export onnx --task "
     "text-generation-with-past), or from its weights with typed-decisions export."
 )
 
@@ -175,9 +177,9 @@ def inspect_source(src: str | Path) -> Source:
     config = _read_json(root / "config.json")
     _check_config(root, config)
     model = onnx.load(str(path), load_external_data=False)
+    _check_ops(path, model.graph)  # first: a fused kernel explains missing inputs (position_ids) too
     past = _check_inputs(path, model.graph)
     num_layers, kv_heads, head_dim, kv_dtype = _check_layers(path, model.graph, past)
-    _check_ops(path, model.graph)
     locations = sorted({
         entry.value for init in model.graph.initializer for entry in init.external_data if entry.key == "location"
     })

@@ -1,4 +1,8 @@
-"""Real Optimum exports of the tiny test models, made in a throwaway venv with Optimum's own pins.
+"""ONNX exports of the tiny test models made by other tools: Optimum, and onnxruntime-genai's builder.
+
+The adopter's tests need the real thing, not a graph written to look like one.
+
+Optimum:
 
 Optimum's exporter (optimum-onnx) pins transformers < 4.58, while our exporter needs transformers
 5, so it cannot live in the project's venv. It gets its own, built once and cached beside the test
@@ -11,6 +15,10 @@ venv's transformers and exports it with `optimum-cli export onnx --task text-gen
 it returns the folder holding both, `hf/` (the weights, which our exporter reads too) and `onnx/`
 (Optimum's output), cached under `cache_dir() / "exports" / "optimum-<arch>-<hash>"`, the hash also
 covering tiny_models.py. Built in a temporary sibling and renamed, as export_cache.py does.
+
+onnxruntime-genai: its model builder (0.18) needs transformers 5, which is the project's own, so
+`genai_export(arch)` runs it with this interpreter on the same `hf/` folder, the wheel unpacked
+without its dependencies (numpy, onnxruntime: already here) into `cache_dir() / "genai-<hash>"`.
 """
 
 from __future__ import annotations
@@ -92,6 +100,35 @@ def optimum_venv() -> Path:
         build(final)
         (final / ".done").write_text("ok\n")
     return final / "venv"
+
+
+GENAI_PIN = "onnxruntime-genai==0.18.0"
+
+
+def _genai_packages() -> Path:
+    """onnxruntime-genai unpacked into its own folder (put on PYTHONPATH by genai_export)."""
+    final = _cache() / f"genai-{_hash(GENAI_PIN.encode(), sys.version.split()[0].encode())}"
+
+    def build(work: Path) -> None:
+        _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(work / "site"), GENAI_PIN],
+             work / "build.log")
+
+    return _built(final, build) / "site"
+
+
+def genai_export(arch: str) -> Path:
+    """Folder written by `python -m onnxruntime_genai.models.builder -p fp32 -e cpu` from the same
+    tiny `hf/` folder Optimum exported (GroupQueryAttention graph, genai_config.json)."""
+    hf = optimum_export(arch) / "hf"
+    final = _cache() / "exports" / f"genai-{arch}-{_hash(GENAI_PIN.encode(), TINY_MODELS.read_bytes())}"
+
+    def build(work: Path) -> None:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(_genai_packages())}
+        _run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(work / "onnx"),
+              "-p", "fp32", "-e", "cpu", "-c", str(work / "hf-cache")], work / "build.log", env=env)
+        shutil.rmtree(work / "hf-cache", ignore_errors=True)
+
+    return _built(final, build) / "onnx"
 
 
 def optimum_export(arch: str) -> Path:
