@@ -111,8 +111,8 @@ def run_adopt_check(out_dir: Path, onnx_file: str, architecture: dict[str, Any],
     prompts, suffixes, cand = plan["prompts"], plan["suffixes"], plan["candidates"]
     scale, cap = architecture["logit_scale"], architecture["final_logit_softcapping"]
 
-    def readout(hidden: np.ndarray, ids: list[int] | None = None) -> np.ndarray:  # (B, H) -> (B, K)
-        return candidate_logits(hidden, lm_head, cand if ids is None else ids, logit_scale=scale, softcap=cap)
+    def readout(hidden: np.ndarray) -> np.ndarray:  # (B, H) -> (B, K)
+        return candidate_logits(hidden, lm_head, cand, logit_scale=scale, softcap=cap)
 
     def ref_last(ids: list[int]) -> np.ndarray:  # (K,)
         return refs[tuple(ids)][-1, cand]

@@ -201,6 +201,7 @@ def find_head(graph) -> Head:
 
 
 def _layer_key(name: str) -> tuple[int, int]:
+    """'past_key_values.3.value' / 'present.3.value' -> (3, 1)."""
     m = PAST_RE.match(name) or PRESENT_RE.match(name)
     assert m, name
     return int(m.group(1)), 0 if m.group(2) == "key" else 1
@@ -254,7 +255,8 @@ def cut_head(model, head: Head):
     g.value_info.extend(kept_info)
 
     order = {"input_ids": (-3, 0), "attention_mask": (-2, 0), "position_ids": (-1, 0)}
-    inputs = sorted(g.input, key=lambda i: order.get(i.name) or _layer_key(i.name))
+    # (anything else, which source.py refuses in a decoder, keeps its place after these)
+    inputs = sorted(g.input, key=lambda i: order.get(i.name) or (_layer_key(i.name) if PAST_RE.match(i.name) else (1 << 30, 0)))
     del g.input[:]
     g.input.extend(inputs)
     return model
