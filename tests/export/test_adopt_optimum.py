@@ -4,7 +4,8 @@ Oracle: the same tiny random model (tiny_models.py, seeded) exported by our expo
 Hugging Face folder, whose own self-check compared it with transformers. Optimum's graph comes from
 `optimum-cli export onnx --task text-generation-with-past` in a throwaway venv with Optimum's pins
 (tests/foreign_exports.py; venv and exports cached on disk). Two architectures: Llama (untied head
-stored (H, V), BOS) and Qwen2 (head tied to the embedding, read through a Transpose).
+stored (H, V), BOS), Qwen2 (head tied to the embedding, read through a Transpose) and Mistral
+(sliding window of 8, shorter than the prompts: the engine runs it one row per call).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typed_decisions.decider import Decider
 from typed_decisions_export.adopt import adopt_onnx
 from typed_decisions_export.adopt.check import CHECKS, TOLERANCES
 
-ARCHES = ["llama", "qwen2"]
+ARCHES = ["llama", "qwen2", "mistral"]
 STATES = [
     "I was charged twice for my subscription this month. Please refund the duplicate charge today.",
     "Do you offer a discount for schools that buy forty licences at once?",
@@ -102,6 +103,7 @@ def test_manifest_names_the_source_and_its_head(adopted, optimum_folders, arch):
     head = source["lm_head"]
     assert head["op_type"] == "MatMul" and head["tail"] == []
     assert head["tied"] is (arch == "qwen2") and head["stored_transposed"] is (arch == "qwen2")
+    assert manifest["architecture"]["sliding_window"] == (8 if arch == "mistral" else None)
     assert manifest["export"]["road"] == "adopt" and manifest["export"]["peak_rss_bytes"] > 0
     assert "torch" not in manifest["versions"] and "transformers" not in manifest["versions"]
 
@@ -128,8 +130,10 @@ def test_decider_answers_equal_our_export(adopted, own_exports, arch):
     batched = np.stack([vector(r) for r in theirs.run_many(requests, use_cache=False)])
     assert ref.shape == (3, len(QUESTIONS["team"]["criteria"]) + 1 + len(QUESTIONS["severity"]["criteria"]))
     assert np.abs(alone - ref).max() <= 1e-5 and np.abs(batched - ref).max() <= 1e-5
-    # Not a vacuous match: the answers depend on the state.
-    assert np.abs(ref[0] - ref[1]).max() > 1e-3
+    # Not a vacuous match: the answers are far from uniform and depend on the state, except under
+    # Mistral's sliding window of 8 tokens, which hides the state from the question's readout.
+    assert np.abs(ref[:, :3] - 1 / 3).max() > 0.1
+    assert bool(np.abs(ref[0] - ref[1]).max() > 1e-3) == (arch != "mistral")
 
 
 def test_cli_adopts_without_importing_torch(optimum_folders, tmp_path):

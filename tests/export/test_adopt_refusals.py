@@ -74,7 +74,13 @@ def test_missing_position_ids_and_unknown_inputs(optimum_llama, tmp_path):
         for node in model.graph.node:
             node.input[:] = ["cache_position" if x == "position_ids" else x for x in node.input]
 
-    refused(broken(optimum_llama, tmp_path, rename), tmp_path, r"no position_ids input \(the graph would derive")
+    refused(broken(optimum_llama, tmp_path, rename), tmp_path, r"no position_ids input \(the graph derives positions")
+
+
+def test_gemma3_whose_optimum_export_has_no_position_ids(tmp_path):
+    """A real case: Optimum exports Gemma 3 without position_ids (positions from the mask)."""
+    msg = refused(optimum_export("gemma3") / "onnx", tmp_path, "no position_ids input")
+    assert "model_type 'gemma3_text'" in msg and "typed-decisions export" in msg
 
 
 def test_bias_after_the_head(optimum_llama, tmp_path):

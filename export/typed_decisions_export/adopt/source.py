@@ -90,7 +90,7 @@ def _find_graph(root: Path) -> Path:
                      "folder written by optimum-cli export onnx --task text-generation-with-past")
 
 
-def _check_inputs(path: Path, graph) -> list[str]:
+def _check_inputs(path: Path, graph, model_type: str | None = None) -> list[str]:
     """The past input names; refuses missing or unknown inputs, naming them."""
     names = [i.name for i in graph.input]
     init = {i.name for i in graph.initializer}
@@ -101,8 +101,10 @@ def _check_inputs(path: Path, graph) -> list[str]:
                          "was exported without its KV cache; re-export with --task text-generation-with-past")
     missing = [n for n in REQUIRED_INPUTS if n not in names]
     if missing:
-        why = {"position_ids": " (the graph would derive positions from attention_mask, which the engine "
-                               "fills with zeros anywhere; re-export with a current Optimum, which adds it)"}
+        why = {"position_ids": " (the graph derives positions from attention_mask, which goes wrong when "
+                               "the mask has zeros inside, as the engine's batched suffix steps have; "
+                               f"Optimum's export of model_type {model_type!r} omits position_ids: export "
+                               "this model from its weights with typed-decisions export)"}
         raise AdoptError(f"{path}: no {', '.join(missing)} input{'s' if len(missing) > 1 else ''}"
                          f"{''.join(why.get(m, '') for m in missing)}; inputs are {', '.join(names)}")
     unknown = [n for n in names if n not in REQUIRED_INPUTS and not PAST_RE.match(n)]
@@ -178,7 +180,7 @@ def inspect_source(src: str | Path) -> Source:
     _check_config(root, config)
     model = onnx.load(str(path), load_external_data=False)
     _check_ops(path, model.graph)  # first: a fused kernel explains missing inputs (position_ids) too
-    past = _check_inputs(path, model.graph)
+    past = _check_inputs(path, model.graph, config.get("model_type"))
     num_layers, kv_heads, head_dim, kv_dtype = _check_layers(path, model.graph, past)
     locations = sorted({
         entry.value for init in model.graph.initializer for entry in init.external_data if entry.key == "location"
