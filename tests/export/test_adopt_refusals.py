@@ -180,6 +180,25 @@ def test_scale_and_softcap_are_folded_into_the_manifest(optimum_llama, tmp_path)
     assert abs(a.answers["q"].noul - b.answers["q"].noul) > 1e-4
 
 
+def test_external_data_is_read_and_hashed(optimum_llama, tmp_path):
+    """Optimum writes `model.onnx_data` beside the graph for models over 2 GB: the head is read
+    from it, and it is part of the source's hash."""
+    folder = tmp_path / "src"
+    shutil.copytree(optimum_llama, folder)
+    model = onnx.load(str(folder / "model.onnx"))
+    onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx_data",
+              size_threshold=0)
+    manifest = adopt_onnx(folder, tmp_path / "out", progress=False)
+    plain = adopt_onnx(optimum_llama, tmp_path / "plain", progress=False)
+    assert manifest["self_check"]["passed"]
+    assert manifest["source"]["sha256"] != plain["source"]["sha256"]
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "lm_head.npy"), np.load(tmp_path / "plain" / "lm_head.npy"))
+    (folder / "model.onnx_data").write_bytes(b"")  # truncated: ONNX cannot read the weights
+    with pytest.raises(AdoptError, match=r"onnx could not read the graph with its weights \(model.onnx_data\)"):
+        adopt_onnx(folder, tmp_path / "again", progress=False)
+    assert not (tmp_path / "again" / "manifest.json").exists()
+
+
 def test_two_tanh_are_refused():
     with pytest.raises(AdoptError, match="more than one Tanh"):
         adopt_graph._fold_tail([("tanh", None), ("mul", 2.0), ("tanh", None)])

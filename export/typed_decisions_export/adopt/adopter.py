@@ -100,7 +100,11 @@ def adopt_onnx(src_dir: str | Path, out_dir: str | Path, *, name: str | None = N
     prepare_out_dir(out_dir)
     tokenizer_facts = write_tokenizer_files(src.root, out_dir, src.config)
 
-    model = onnx.load(str(src.onnx_path))  # with its external data: the head is one of them
+    try:
+        model = onnx.load(str(src.onnx_path))  # with its external data: the head is one of them
+    except Exception as e:  # onnx raises OSError, ValueError or its own errors
+        raise AdoptError(f"{src.onnx_path}: onnx could not read the graph with its weights "
+                         f"({', '.join(p.name for p in src.data_files) or 'no external data'}): {e}") from e
     head = find_head(model.graph)
     tied = _is_tied(model.graph, head)
     log(f"LM head: {head.op_type} '{head.node}' on '{head.hidden}', weight '{head.weight_name}' "
