@@ -81,7 +81,8 @@ def _describe(node) -> str:
 
 
 def _weight(g: _Graph, name: str, head) -> tuple[str, np.ndarray, bool]:
-    """(initializer name, (V, H) weight, stored (V, H)?) of the head's second input."""
+    """(initializer name, (V, H) weight, stored (V, H)?) of `name`, the second input of the head
+    node `head`, through Transpose and Cast nodes to a constant."""
     transposed = False
     while g.constant(name) is None:
         node = g.producer.get(name)

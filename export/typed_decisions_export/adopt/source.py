@@ -18,7 +18,7 @@ comes before any weight is read or any file is written.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,6 @@ class Source:
     kv_dtype: str  # "float32" / "float16"
     opset: int
     producer: str  # the graph's producer_name and producer_version
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 def _dims(value_info) -> list[int | str]:
