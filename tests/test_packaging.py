@@ -75,3 +75,24 @@ def test_wheel_ships_the_subpackages_and_the_preset_files(tmp_path):
     assert {f"typed_decisions/evaluation/presets_data/{n}" for n in presets} <= names
     assert {"typed_decisions/server/app.py", "typed_decisions/evaluation/spec.py", "typed_decisions/py.typed",
             "typed_decisions/wheels.py"} <= names
+
+
+def test_adopt_command_names_the_missing_distribution():
+    code = ("import sys; sys.modules['typed_decisions_export'] = None\n"
+            "from typed_decisions.cli import main\n"
+            "sys.exit(main(['adopt', '/tmp/src', '--out', '/tmp/x']))\n")
+    out = run_python(code)
+    assert out.returncode == 2
+    assert "pip install typed-decisions-export" in out.stderr
+
+
+def test_adopt_help_is_torch_free_and_its_api_pinned():
+    code = ("import sys\n"
+            "from typed_decisions.cli import main\n"
+            "try:\n    main(['adopt', '--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
+            "import typed_decisions_export.adopt as a\n"
+            "print(a.__all__, sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))\n")
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert "--out" in out.stdout and "Optimum" in out.stdout
+    assert out.stdout.strip().endswith("['AdoptError', 'adopt_onnx'] []")

@@ -2,6 +2,7 @@
 
     typed-decisions models list | pull NAME | path NAME      the offline model catalogue
     typed-decisions export SOURCE --out DIR [--quantize int8]  (needs typed-decisions-export)
+    typed-decisions adopt SRC --out DIR                       adopt an Optimum ONNX export (no torch)
     typed-decisions decide [--model NAME|DIR] [--labels ...] [--explain [--json]] [REQUEST.json | -]
     typed-decisions serve --model NAME|DIR [--host H] [--port P]  (needs the [server] extra)
     typed-decisions playground --model NAME|DIR               serve, and open /playground in a browser
@@ -37,6 +38,21 @@ def _cmd_export(argv: list[str]) -> int:
         print(f"typed-decisions export: {EXPORT_HINT}", file=sys.stderr)
         return 2
     return int(export_main(argv) or 0)
+
+
+ADOPT_HINT = ("adopting an ONNX export needs the export distribution's adopter (onnx, no torch at run time): "
+              "pip install typed-decisions-export   (from a checkout: pip install -e export/)")
+
+
+def _cmd_adopt(argv: list[str]) -> int:
+    try:
+        from typed_decisions_export.adopt.cli import main as adopt_main
+    except ImportError as e:
+        if getattr(e, "name", "") and not str(e.name).startswith(("typed_decisions_export", "onnx")):
+            raise
+        print(f"typed-decisions adopt: {ADOPT_HINT}", file=sys.stderr)
+        return 2
+    return int(adopt_main(argv) or 0)
 
 
 def _cmd_models(argv: list[str]) -> int:
@@ -163,6 +179,7 @@ def _cmd_presets(argv: list[str]) -> int:
 COMMANDS = {
     "models": (_cmd_models, "list, pull and locate models of the offline catalogue"),
     "export": (_cmd_export, "export a Hugging Face folder, GGUF file or catalogue model to ONNX"),
+    "adopt": (_cmd_adopt, "adopt an existing ONNX decoder export (Optimum) without re-exporting"),
     "decide": (_cmd_decide, "answer a request (JSON) with an exported model"),
     "serve": (_cmd_serve, "serve /v1/systemone over HTTP (and the playground page at /playground)"),
     "playground": (_cmd_playground, "serve a model and open its playground page in a browser"),
