@@ -295,7 +295,7 @@ def build_app(model: str | os.PathLike[str], **options: Any) -> Application:
         name="Decider", ray_actor_options={"num_cpus": opts.num_cpus_per_replica},
         max_ongoing_requests=opts.max_ongoing_requests or settings.max_batch,
         request_router_config=router, **scaling,
-    ).bind(_model_path(opts.model), opts.threads, decider_kwargs)
+    ).bind(resolve_model(opts.model), opts.threads, decider_kwargs)
     ingress = serve.deployment(serve.ingress()(IngressReplica)).options(
         name="Ingress", ray_actor_options={"num_cpus": opts.ingress_num_cpus},
         max_ongoing_requests=settings.queue_size + settings.max_batch,
@@ -303,7 +303,7 @@ def build_app(model: str | os.PathLike[str], **options: Any) -> Application:
     return ingress.bind(decider, settings.model_dump(mode="json"), opts.affinity)
 
 
-def _model_path(model: str) -> str:
+def resolve_model(model: str) -> str:
     """A directory as an absolute path (replicas may start in another working directory); a
     catalogue name as given (each replica finds it in its own cache)."""
     path = Path(model).expanduser()
@@ -317,5 +317,5 @@ def app_builder(args: dict[str, Any]) -> Application:
     return build_app(opts.model, **opts.model_dump(exclude={"model"}))
 
 
-__all__ = ["CONSISTENT_HASH_ROUTER", "RayServeOptions", "RemoteDecider", "app_builder", "build_app",
+__all__ = ["CONSISTENT_HASH_ROUTER", "RayServeOptions", "RemoteDecider", "app_builder", "build_app", "resolve_model",
            "routing_key"]
