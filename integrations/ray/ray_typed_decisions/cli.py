@@ -96,7 +96,11 @@ def main_serve(argv: list[str]) -> int:
     serve.start(http_options={"host": args.host, "port": args.port})
     print(f"typed-decisions serve --ray: http://{args.host}:{args.port}/v1/systemone "
           f"(Ctrl-C stops the application)", file=sys.stderr, flush=True)
-    serve.run(app, name="typed-decisions", route_prefix="/", blocking=True)
+    try:
+        serve.run(app, name="typed-decisions", route_prefix="/", blocking=True)
+    except KeyboardInterrupt:
+        print("typed-decisions serve --ray: stopping", file=sys.stderr, flush=True)
+        serve.shutdown()
     return 0
 
 

@@ -42,7 +42,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray import serve
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
+from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.config import AutoscalingConfig, RequestRouterConfig
 from ray.serve.deployment import Application
 from ray.serve.handle import DeploymentHandle
@@ -190,7 +190,7 @@ class RemoteDecider:
                 break
             except RayTaskError as e:
                 raise _unwrap(e) from None
-            except (ActorDiedError, ActorUnavailableError):
+            except RayActorError:  # ActorDiedError, ActorUnavailableError: the replica is gone
                 if attempt == REPLICA_RETRIES:
                     raise
                 response = self._call(method, key, *args)

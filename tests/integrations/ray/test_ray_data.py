@@ -26,10 +26,10 @@ pytestmark = pytest.mark.model
 require("ray", "bash scripts/setup.sh (installs integrations/ray[test])")
 
 import ray  # noqa: E402
-
 from ray_typed_decisions import label_dataset  # noqa: E402
 from ray_typed_decisions.columns import answer_fields  # noqa: E402
 from ray_typed_decisions.data import parse_questions  # noqa: E402
+
 from typed_decisions.errors import InvalidRequestError  # noqa: E402
 
 QUESTIONS = {

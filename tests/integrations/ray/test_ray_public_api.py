@@ -13,6 +13,7 @@ require("ray", "bash scripts/setup.sh (installs integrations/ray[test])")
 
 import ray_typed_decisions  # noqa: E402
 from ray_typed_decisions import RayServeOptions, build_app, routing_key  # noqa: E402
+
 from typed_decisions.schema import DecisionRequest  # noqa: E402
 
 
