@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +28,6 @@ pytestmark = pytest.mark.model
 require("ray", "bash scripts/setup.sh (installs integrations/ray[test])")
 
 from ray import serve  # noqa: E402
-
 from ray_typed_decisions import build_app  # noqa: E402
 
 APP = "td"
@@ -102,9 +102,9 @@ def test_typesafe_sdk_round_trip_equals_decider_run(apps, tiny_decider):
             assert "questions.bad.criteria" in str(e.value)
             with pytest.raises(sdk.TypeSafeNotFoundError):
                 client.system_one(state, questions, model="no-such-model")
-    with sdk.TypeSafeClient(api_key="sk-wrong", base_url=url, retry=no_retry) as client:
-        with pytest.raises(sdk.TypeSafeAuthenticationError):
-            client.system_one(state, questions)
+    with (sdk.TypeSafeClient(api_key="sk-wrong", base_url=url, retry=no_retry) as client,
+          pytest.raises(sdk.TypeSafeAuthenticationError)):
+        client.system_one(state, questions)
 
 
 def test_explain_and_operations_routes_through_serve(apps, tiny_decider):
@@ -207,6 +207,34 @@ def _summary(records: list[dict[str, Any]], decider: Any) -> dict[str, Any]:
                                    for s in dict.fromkeys(r["state"] for r in records)},
             "replicas": len({r["replica"] for r in records}), "hits": hits, "misses": misses,
             "hit_rate": hits / (hits + misses), "mean_ms": 1000 * statistics.mean(r["seconds"] for r in records)}
+
+
+def test_a_request_to_a_killed_replica_is_answered_by_the_other(apps, tiny_decider):
+    """Kill (``ray.kill``) the replica that owns a state while a request about it is on its way:
+    ``RemoteDecider`` re-sends it, another replica answers it, the answer equals ``Decider.run``."""
+    import ray
+
+    url = apps.ensure(num_replicas=2, affinity=True)
+    _wait_for_both_replicas(url)
+    state = _state(1000)
+    owner = _ask(url, state, QUESTIONS[0])["replica"]
+    request = {"model": tiny_decider.name, "state": state, "questions": QUESTIONS[2]}
+    answer: dict[str, Any] = {}
+    sent = threading.Thread(target=lambda: answer.update(r=httpx.post(
+        url + "/v1/systemone", json=request, headers={"authorization": f"Bearer {KEY}"}, timeout=60)))
+    before = _replica_counters(url)
+    sent.start()
+    ray.kill(ray.get_actor(f"SERVE_REPLICA::{APP}#Decider#{owner}", namespace="serve"), no_restart=True)
+    sent.join(60)
+    apps.current = None  # Serve replaces the replica (a new ring): the next test redeploys
+    assert answer["r"].status_code == 200, answer["r"].text
+    got = answer["r"].json()["answers"]["team"]
+    want = tiny_decider.run(request).answers["team"]
+    assert got["choice"] == want.choice
+    assert got["probabilities"] == pytest.approx(want.probabilities, abs=1e-5)
+    after = _replica_counters(url)
+    others = [r for r in after if r != owner and after[r]["calls"] > before.get(r, {}).get("calls", 0)]
+    assert others, (owner, before, after)  # another replica computed it
 
 
 def test_affinity_keeps_each_state_on_one_replica_and_default_router_does_not(apps, tiny_decider,
