@@ -116,6 +116,25 @@ def test_label_200_rows_with_2_actors_one_killed_loses_and_doubles_nothing(ray_c
     print(f"\n200 rows, 2 actors, one killed (pid {killed}): {seconds:.1f} s")
 
 
+def test_a_row_the_model_refuses_gets_td_error_and_its_batch_mates_answers(ray_cluster, tiny_model_dir,
+                                                                           expected):
+    """A null state and one over ``max_tokens`` fail alone (``td_error``, null answers); the other
+    rows of their batch are answered as ``run_many`` answers them."""
+    texts = sorted(expected)[:2]
+    rows = [{"id": 0, "text": texts[0]}, {"id": 1, "text": None}, {"id": 2, "text": "word " * 400},
+            {"id": 3, "text": texts[1]}]
+    out = label_dataset(ray.data.from_items(rows), QUESTIONS, str(tiny_model_dir), batch_size=4,
+                        max_tokens=256).take_all()
+    by_id = {r["id"]: r for r in out}
+    assert sorted(by_id) == [0, 1, 2, 3]
+    _check_row(by_id[0], expected[texts[0]])
+    _check_row(by_id[3], expected[texts[1]])
+    assert by_id[1]["td_error"].startswith("InvalidRequestError: state")
+    assert by_id[2]["td_error"].startswith("ContextTooLongError")
+    for bad in (by_id[1], by_id[2]):
+        assert bad["team"] is None and bad["urgent"] is None and bad["severity__p__0"] is None
+
+
 def test_bad_input_is_refused_before_any_work(ray_cluster, tiny_model_dir):
     ds = ray.data.from_items([{"id": 1, "body": "x"}])
     with pytest.raises(InvalidRequestError, match="no column 'text'.*id, body"):
