@@ -22,6 +22,7 @@ PACKAGES = {  # import name → folder holding it
     "typed_decisions_export": ROOT / "export",
     "langchain_typed_decisions": ROOT / "integrations" / "langchain",
     "dspy_typed_decisions": ROOT / "integrations" / "dspy",
+    "ray_typed_decisions": ROOT / "integrations" / "ray",
 }
 # Import edges allowed to close a cycle: none (export.py and quantize.py share layout.py instead).
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
@@ -141,7 +142,8 @@ def test_doors_are_not_imported_by_the_pipeline():
             assert not [d for d in deps if d.startswith(doors)], module
 
 
-@pytest.mark.parametrize("packages", [["typed_decisions"], ["langchain_typed_decisions", "dspy_typed_decisions"]],
+@pytest.mark.parametrize("packages", [["typed_decisions"], ["langchain_typed_decisions", "dspy_typed_decisions",
+                                                           "ray_typed_decisions"]],
                          ids=["runtime", "integrations"])
 def test_every_module_imports_alone_in_a_fresh_interpreter(packages: list[str]):
     """Each module first in its own interpreter would be slow; one interpreter per distribution,

@@ -5,6 +5,8 @@
     typed-decisions adopt SRC --out DIR                       adopt an Optimum ONNX export (no torch)
     typed-decisions decide [--model NAME|DIR] [--labels ...] [--explain [--json]] [REQUEST.json | -]
     typed-decisions serve --model NAME|DIR [--host H] [--port P]  (needs the [server] extra)
+    typed-decisions serve --ray [--replicas N | --autoscale MIN:MAX] [--address ADDR] ...  (typed-decisions-ray)
+    typed-decisions label --model DIR --questions Q.json --input F --output OUT/  (typed-decisions-ray)
     typed-decisions playground --model NAME|DIR               serve, and open /playground in a browser
     typed-decisions keys add NAME | list | remove NAME [--file F]   the server's API keys (hashed)
     typed-decisions eval --model DIR (--dataset NAME | --data F.jsonl --spec S.json) [--plot P.png]
@@ -133,7 +135,37 @@ def _cmd_decide(argv: list[str]) -> int:
     return 0
 
 
+RAY_HINT = ("needs the Ray distribution (ray[serve,data]): pip install typed-decisions-ray   "
+            "(from a checkout: pip install -e integrations/ray/)")
+
+
+def _ray_cli() -> Any:
+    """``ray_typed_decisions.cli``, imported only for ``serve --ray`` and ``label``; None (after
+    one line naming the distribution to install) when it is not installed."""
+    try:
+        from ray_typed_decisions import cli
+    except ImportError as e:
+        if getattr(e, "name", "") and not str(e.name).startswith(("ray_typed_decisions", "ray")):
+            raise
+        return None
+    return cli
+
+
+def _cmd_label(argv: list[str]) -> int:
+    cli = _ray_cli()
+    if cli is None:
+        print(f"typed-decisions label: {RAY_HINT}", file=sys.stderr)
+        return 2
+    return int(cli.main_label(argv) or 0)
+
+
 def _cmd_serve(argv: list[str]) -> int:
+    if "--ray" in argv:
+        cli = _ray_cli()
+        if cli is None:
+            print(f"typed-decisions serve --ray: {RAY_HINT}", file=sys.stderr)
+            return 2
+        return int(cli.main_serve(argv) or 0)
     try:
         from .server.main import main as serve_main
     except ImportError as e:
@@ -182,6 +214,7 @@ COMMANDS = {
     "adopt": (_cmd_adopt, "adopt an existing ONNX decoder export (Optimum) without re-exporting"),
     "decide": (_cmd_decide, "answer a request (JSON) with an exported model"),
     "serve": (_cmd_serve, "serve /v1/systemone over HTTP (and the playground page at /playground)"),
+    "label": (_cmd_label, "label every row of a table file with typed answers on a Ray cluster (Ray Data)"),
     "playground": (_cmd_playground, "serve a model and open its playground page in a browser"),
     "keys": (_cmd_keys, "issue (printed once), list and revoke the server's API keys (stored hashed)"),
     "eval": (_cmd_eval, "evaluate a question on labelled data: accuracy, NLL, ECE, risk-coverage, order bias"),

@@ -23,12 +23,13 @@ from .app import create_app
 from .service import Service
 from .settings import ENV_PREFIX, ServerSettings, check_exposure, load_api_keys
 
-__all__ = ["main"]
+__all__ = ["main", "serve_parser", "settings_from_args"]
 
 log = logging.getLogger("typed_decisions.server")
 
 
-def _parser() -> argparse.ArgumentParser:
+def serve_parser() -> argparse.ArgumentParser:
+    """The flags of ``typed-decisions serve`` (``ray_typed_decisions.cli`` adds its own to them)."""
     env = lambda name, default=None: os.environ.get(ENV_PREFIX + name) or default  # noqa: E731
     p = argparse.ArgumentParser(prog="typed-decisions serve", description=(
         "Serve POST /v1/systemone (typesafe-sdk compatible) for one exported model. Every option "
@@ -71,17 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``typed-decisions serve``: load the model, serve until SIGINT/SIGTERM, drain, exit.
-
-    After draining, uvicorn re-raises the signal, so the process ends *by* SIGTERM (which systemd
-    and Kubernetes count as a clean stop); a stop by other means returns 0."""
-    import uvicorn
-
-    from ..decider import Decider
-
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def settings_from_args(args: argparse.Namespace) -> ServerSettings:
+    """``ServerSettings`` from parsed ``serve_parser()`` flags over ``TYPED_DECISIONS_*``."""
     settings = ServerSettings.from_env(
         aliases=args.aliases, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
         queue_size=args.queue_size, max_body_bytes=args.max_body_bytes, audit_log=args.audit_log,
@@ -91,6 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         max_questions=args.max_questions, max_options=args.max_options, max_name_chars=args.max_name_chars)
     if args.api_keys_file is not None:
         settings.api_keys.extend(load_api_keys(args.api_keys_file))
+    return settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``typed-decisions serve``: load the model, serve until SIGINT/SIGTERM, drain, exit.
+
+    After draining, uvicorn re-raises the signal, so the process ends *by* SIGTERM (which systemd
+    and Kubernetes count as a clean stop); a stop by other means returns 0."""
+    import uvicorn
+
+    from ..decider import Decider
+
+    args = serve_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = settings_from_args(args)
     try:
         check_exposure(args.host, settings)
     except ValueError as e:
