@@ -126,7 +126,8 @@ def load_artifacts(root: str | Path, *, verify: bool = True) -> Artifacts:
     tok = manifest.get("tokenizer", {})
     onnx_rel = manifest.get("onnx_file", "model.onnx")
     head = manifest.get("lm_head", {"file": "lm_head.npy"})
-    for rel in (onnx_rel, head["file"], tok.get("file", "tokenizer.json")):
+    graphs = list(((manifest.get("quantization") or {}).get("graphs") or {}).values())
+    for rel in (onnx_rel, *graphs, head["file"], tok.get("file", "tokenizer.json")):
         if rel not in files:
             raise ArtifactError(f"{manifest_path}: '{rel}' is not covered by 'files' hashes")
     lm_head = np.load(root / head["file"], mmap_mode="r")

@@ -42,7 +42,7 @@ import onnxruntime as ort
 from .artifacts import Artifacts
 from .cpu import usable_cores
 from .errors import EngineError
-from .quantized import check_cpu, rows_independent
+from .quantized import check_cpu, graph_file, rows_independent
 
 _PAST_RE = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 
@@ -226,10 +226,13 @@ class Backbone:
         available = ort.get_available_providers()
         if providers is None:
             providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        # INT8 with 8-bit weights: the graph whose integer kernel is exact on this CPU (quantized.py).
+        rel = graph_file(artifacts.quantization)
+        self.onnx_path = artifacts.root / rel if rel else artifacts.onnx_path
         try:
-            self.session = ort.InferenceSession(str(artifacts.onnx_path), opts, providers=list(providers))
+            self.session = ort.InferenceSession(str(self.onnx_path), opts, providers=list(providers))
         except Exception as e:  # ORT raises its own exception types
-            raise EngineError(f"ONNX Runtime could not load {artifacts.onnx_path}: {e}") from e
+            raise EngineError(f"ONNX Runtime could not load {self.onnx_path}: {e}") from e
         self.providers = self.session.get_providers()
         inputs = {i.name: i for i in self.session.get_inputs()}
         layers = sorted({int(m.group(1)) for n in inputs if (m := _PAST_RE.match(n))})

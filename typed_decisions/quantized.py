@@ -51,6 +51,31 @@ def rows_independent(artifacts: Artifacts) -> bool:
     return not artifacts.architecture.sliding_window
 
 
+def graph_file(quantization: dict[str, Any] | None, here: str | None = None) -> str | None:
+    """The INT8 graph this CPU class runs, relative to the export (None: the manifest's
+    ``onnx_file``). Exports with 8-bit weights carry two graphs over one weight file
+    (``quantization.graphs``): ``u8s8`` for VNNI/AMX, whose u8·s8 kernels accumulate in int32, and
+    ``u8u8`` for every other CPU, where u8·s8 pair sums saturate int16 but u8·u8 ones cannot.
+    Both compute the same integers.
+
+    >>> q = {"graphs": {"u8s8": "model.int8.onnx", "u8u8": "model.int8.u8u8.onnx"}}
+    >>> graph_file(q, "avx512-vnni"), graph_file(q, "avx2"), graph_file(None, "avx2")
+    ('model.int8.onnx', 'model.int8.u8u8.onnx', None)
+    """
+    graphs = (quantization or {}).get("graphs")
+    if not graphs:
+        return None
+    here = here or cpu_class()
+    return graphs["u8s8"] if here in EXACT_CLASSES or "u8u8" not in graphs else graphs["u8u8"]
+
+
+def _exact_here(q: dict[str, Any], here: str) -> bool:
+    """Whether this CPU computes the integers the export stores (see graph_file)."""
+    if here in EXACT_CLASSES or (q.get("graphs") or {}).get("u8u8"):
+        return True
+    return bool((q.get("integer_format") or {}).get("exact_without_vnni", q.get("row_independent", False)))
+
+
 def check_cpu(engine: Engine, here: str | None = None) -> dict[str, Any] | None:
     """Check an INT8 export against this CPU (see the module docstring); None for float32 exports.
 
@@ -68,6 +93,11 @@ def check_cpu(engine: Engine, here: str | None = None) -> dict[str, Any] | None:
             f"its u8*s8 products saturate int16 and its answers are wrong. Re-quantize it "
             f"(typed-decisions export SOURCE --out DIR --quantize int8: per-token, exact on every CPU) "
             f"or serve the float32 export.")
+    if not _exact_here(q, here):
+        raise EngineError(
+            f"{name} is an INT8 export with 8-bit weights and no u8*u8 graph; on this CPU (class {here}, no VNNI/AMX) "
+            f"its u8*s8 products saturate int16 and its answers are wrong. Re-quantize it with this version "
+            f"(it writes {name}/model.int8.u8u8.onnx for such CPUs) or serve the float32 export.")
     check = q.get("load_check")
     found: dict[str, Any] = {"cpu": here, "measured_on": measured_on, "max_abs_prob": None}
     if check is None or measured_on == here:
@@ -87,4 +117,4 @@ def check_cpu(engine: Engine, here: str | None = None) -> dict[str, Any] | None:
     return found
 
 
-__all__ = ["EXACT_CLASSES", "REFUSE_ABOVE", "WARN_ABOVE", "check_cpu", "rows_independent"]
+__all__ = ["EXACT_CLASSES", "REFUSE_ABOVE", "WARN_ABOVE", "check_cpu", "graph_file", "rows_independent"]

@@ -32,7 +32,8 @@ import numpy as np
 import typed_decisions_export.quantize as qm
 from typed_decisions_export.int8_matmul import IntegerFormat, quantize_matmuls
 
-FORMATS = {"a7w8": IntegerFormat(63, 127), "a8w7": IntegerFormat(127, 63)}
+FORMATS = {"a7w8": IntegerFormat(63, 127), "a8w7": IntegerFormat(127, 63),
+           "a8w8": IntegerFormat(127, 127)}  # a8w8: exact only where u8·s8 accumulates in int32 (VNNI/AMX)
 from typed_decisions_export.ort_backbone import OrtBackbone
 from typed_decisions_export.tokenizer_files import candidate_ids, encode_prompt, render_chat
 
@@ -91,7 +92,9 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
     for spec in specs:
         alpha, keep, *rest = spec.split(":")
         norms = "norms" in rest
-        rest = [r for r in rest if r != "norms"]
+        fcd = next((int(r[3:]) for r in rest if r.startswith("fcd")), 0)  # down_proj inputs: float32 channels
+        fcn = next((int(r[3:]) for r in rest if r.startswith("fcn")), 0)  # inputs after each RMSNorm
+        rest = [r for r in rest if r != "norms" and not r.startswith("fc")]
         activations = f"per_{rest[0]}" if rest else "per_token"
         fmt = FORMATS[rest[1]] if len(rest) > 1 else FORMATS["a7w8"]
         qm.smoothing_vector = plain_sv
@@ -104,8 +107,15 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
             plan = qm._plan_smoothing(src, 0.5 if alpha == "ones" else float(alpha), calib, int(keep),
                                       log=lambda m: None, norms=norms)
             rows, cols, float_nodes = plan.scale_rows, plan.scale_cols, plan.float_nodes
+        channels = {}
+        if fcd:
+            for p in qm._smoothing_pairs(src)[0]:  # the smoothed input is x / s: x * (up's column factor)
+                channels[p["x"]] = qm.float_channels(absmax[p["x"]] * cols.get(p["up_weight"], 1.0), fcd)
+        if fcn:
+            for t in qm._norm_sites(src):
+                channels[t["x"]] = qm.float_channels(absmax[t["x"]] * rows.get(t["gamma"], 1.0), fcn)
         quantize_matmuls(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols,
-                         activations=activations, fmt=fmt, log=lambda m: None)
+                         activations=activations, fmt=fmt, float_channels=channels, log=lambda m: None)
         ort = OrtBackbone(work / "m.onnx")
         tables = {
             "alone": np.concatenate([probe.alone(ort, probes), probe.alone(ort, held)]),

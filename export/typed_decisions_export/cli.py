@@ -1,5 +1,5 @@
 """Command line: `typed-decisions-export SOURCE --out DIR [--quantize int8 [--smooth ALPHA|off]
-[--keep-float N] [--activations token|tensor]] [--name NAME] [--force]`.
+[--keep-float N] [--activations token|tensor] [--weight-bits 7|8]] [--name NAME] [--force]`.
 
 The runtime's `typed-decisions export ...` forwards its arguments here (`main(argv_after_export)`).
 """
@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
              "or, for comparison only, one per tensor per run (batch-dependent; saturates without VNNI) "
              "(default: %s)" % Int8Options.activations.removeprefix("per_"),
     )
+    parser.add_argument(
+        "--weight-bits", type=int, choices=[7, 8], default=None,
+        help="INT8: weight levels per column, 8 (127 each side; CPUs without VNNI/AMX run a u8*u8 graph of the "
+             "same weights) or 7 (63: one graph, more drift) (default: %d)" % Int8Options.weight_bits,
+    )
     parser.add_argument("--name", default=None, help="model name recorded in the manifest")
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (>= 18)")
     parser.add_argument("--force", action="store_true", help="keep INT8 even when its drift exceeds the threshold")
@@ -68,6 +73,8 @@ def int8_options(args: argparse.Namespace) -> Int8Options | None:
         given["keep_float"] = args.keep_float
     if args.activations is not None:
         given["activations"] = f"per_{args.activations}"
+    if args.weight_bits is not None:
+        given["weight_bits"] = args.weight_bits
     return Int8Options(**given) if given else None
 
 

@@ -6,16 +6,19 @@ Every MatMul with a constant 2-D float weight becomes, by default,
     Xq = Cast<uint8>(Round(X / sx) + 128)       in [1, 255]; shared by the MatMuls reading X
     Y  = Cast<float>(MatMulInteger(Xq, Wq int8 (K, N), 128, 0)) * sw (N,) * sx
 
-with symmetric 7-bit weights per output column (`sw = max|W[:, n]| / 63`, `Wq = rint(W / sw)` in
-[-63, 63], stored int8).
+with symmetric 8-bit weights per output column (`sw = max|W[:, n]| / 127`, `Wq = rint(W / sw)` in
+[-127, 127], stored int8).
 Two properties follow, and the tests hold the graph to both:
 
 - *row independence*: a token's output depends on its own activations only, so a prompt's answer
   is the same alone, in a batch with other prompts, or split into a cached prefix and a step;
-- *exact on every x86 CPU*: 8-bit activations times 7-bit weights cannot saturate the int16 pair
-  sums of the u8·s8 kernel that CPUs without VNNI use (IntegerFormat), so AVX2, AVX-512 VNNI
-  and AMX compute the same integers. (7-bit weights drift less than 7-bit activations: max |dp|
-  0.083 vs 0.272 on 60 prompts of the 1.5B default model, docs/export.md.)
+- *the same integers on every x86 CPU*: VNNI and AMX accumulate u8·s8 products in int32, exact.
+  CPUs without them (AVX2; AVX-512 without VNNI) sum pairs of u8·s8 products in a saturating
+  int16, which 8-bit weights overflow, so for them `write_u8u8_graph` writes a second graph over
+  the same weight file that feeds each weight as uint8 W + 128 (zero point 128) to the u8·u8
+  kernel, which widens to int16 and cannot saturate. (With 7-bit weights, EXACT_EVERYWHERE_FORMAT,
+  one u8·s8 graph is exact everywhere, at more drift: max |dp| 0.086 vs 0.057 on the 8 drift
+  probes of the 1.5B default model, docs/export.md.)
 
 `activations="per_tensor"` writes instead the pattern ONNX Runtime's `quantize_dynamic` emits
 (DynamicQuantizeLinear: one asymmetric uint8 scale per tensor per run, 8-bit weights), which has
@@ -83,24 +86,25 @@ def scale_weight(w: np.ndarray, rows: np.ndarray | None = None, cols: np.ndarray
 
 @dataclass(frozen=True)
 class IntegerFormat:
-    """How per-token activations and per-column weights are stored as integers, and why no x86
-    CPU can compute them wrongly.
+    """How per-token activations and per-column weights are stored as integers, and which x86
+    kernels compute them exactly.
 
     Activations: symmetric per token (row), `xq = rint(x / sx)` in [-act_levels, act_levels] with
     `sx = max_k |x[k]| / act_levels`, stored as uint8 `xq + act_zero_point`. Weights: symmetric
     per output column in [-weight_levels, weight_levels], int8. ONNX Runtime's u8·s8 kernel on
     CPUs without VNNI (AVX2, AVX-512 without VNNI) adds each pair of products into a saturating
-    int16 (VPMADDUBSW); VNNI and AMX accumulate in int32. The stored values keep every pair sum
+    int16 (VPMADDUBSW); VNNI and AMX accumulate in int32. When every pair sum stays within
 
         2 · max(stored activation) · weight_levels = `pair_bound` <= 32,767
 
-    so the product is exact on every x86 class and the answers do not depend on the CPU.
+    the u8·s8 graph is exact on every x86 class (`exact_without_vnni`); otherwise CPUs without
+    VNNI/AMX run the u8·u8 graph of the same weights (write_u8u8_graph), exact for any 8-bit pair.
     (benchmarks/int8_kernels.py checks each format against an exact int64 matmul on the machine.)
 
-    >>> TOKEN_FORMAT.act_zero_point, TOKEN_FORMAT.pair_bound
+    >>> TOKEN_FORMAT.pair_bound, TOKEN_FORMAT.exact_without_vnni  # 8-bit weights: u8·u8 graph without VNNI
+    (64770, False)
+    >>> EXACT_EVERYWHERE_FORMAT.act_zero_point, EXACT_EVERYWHERE_FORMAT.pair_bound
     (128, 32130)
-    >>> IntegerFormat(127, 127).pair_bound > 32767  # full 8-bit u8·s8: saturates without VNNI
-    True
     """
 
     act_levels: int = 127
@@ -114,14 +118,21 @@ class IntegerFormat:
     def pair_bound(self) -> int:
         return 2 * (self.act_zero_point + self.act_levels) * self.weight_levels
 
+    @property
+    def exact_without_vnni(self) -> bool:
+        """Whether ONNX Runtime's u8·s8 kernel computes it exactly on CPUs without VNNI/AMX; when
+        not, those CPUs run the u8·u8 companion graph (write_u8u8_graph)."""
+        return self.pair_bound <= INT16_MAX
+
     def describe(self) -> dict[str, Any]:
         return {"activations": f"per token, symmetric, {self.act_levels} levels each side, uint8 around {self.act_zero_point}",
                 "weights": f"per output column, symmetric, {self.weight_levels} levels each side, int8",
-                "pair_bound": self.pair_bound, "exact_without_vnni": self.pair_bound <= INT16_MAX}
+                "pair_bound": self.pair_bound, "exact_without_vnni": self.exact_without_vnni}
 
 
 INT16_MAX = 32767
-TOKEN_FORMAT = IntegerFormat(act_levels=127, weight_levels=63)  # 8-bit activations, 7-bit weights
+TOKEN_FORMAT = IntegerFormat(act_levels=127, weight_levels=127)  # 8-bit activations, 8-bit weights
+EXACT_EVERYWHERE_FORMAT = IntegerFormat(act_levels=127, weight_levels=63)  # 7-bit weights: one graph for every CPU
 ACTIVATIONS = ("per_token", "per_tensor")
 
 
@@ -184,6 +195,7 @@ class _QuantizedGraph:
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
         self._inputs: dict[str, tuple[str, str, str]] = {}
+        self._float_parts: dict[str, str] = {}  # x -> x[..., channels] for inputs with float32 channels
         self._constants_added = False
         self._helper, self._T = helper, TensorProto
 
@@ -199,6 +211,30 @@ class _QuantizedGraph:
             h.make_tensor("per_token_axes", T.INT64, [1], [-1]),
         ]
         self._constants_added = True
+
+    def split_channels(self, x: str, channels: np.ndarray, width: int) -> None:
+        """Keep `channels` of `x` out of the integers: returns the name of the tensor whose
+        integers are made (x with those channels zeroed) and records x[..., channels] (float32)
+        for `matmul` to multiply by the matching weight rows (every MatMul reading x).
+
+            x W = x_int W_int + x[..., C] W[C, :]        x_int = x * mask, mask[C] = 0
+
+        The few channels with the largest activations (C) set each token's scale when they are
+        in it; without them the other channels get their levels back."""
+        if x in self._float_parts:
+            return
+        h, T = self._helper, self._T
+        mask = np.ones(width, np.float32)
+        mask[channels] = 0.0
+        self.inits += [
+            h.make_tensor(f"{x}_float_channels", T.INT64, [len(channels)], np.asarray(channels, np.int64).tolist()),
+            h.make_tensor(f"{x}_int_mask", T.FLOAT, [width], mask.tobytes(), raw=True),
+        ]
+        self.nodes += [
+            h.make_node("Gather", [x, f"{x}_float_channels"], [f"{x}_float_part"], f"{x}_float_gather", axis=-1),
+            h.make_node("Mul", [x, f"{x}_int_mask"], [f"{x}_int_part"], f"{x}_int_mask_mul"),
+        ]
+        self._float_parts[x] = f"{x}_float_part"
 
     def per_token(self, x: str) -> tuple[str, str, str]:
         """(xq uint8, sx (..., 1), zero point) for `x`: one symmetric scale per token (row),
@@ -235,10 +271,18 @@ class _QuantizedGraph:
             self.nodes.append(self._helper.make_node("DynamicQuantizeLinear", [x], list(self._inputs[x]), f"{x}_QuantizeLinear"))
         return self._inputs[x]
 
-    def matmul(self, node: Any, wq_name: str, sw_name: str, zw_name: str, per_token: bool) -> None:
-        """Y = (Xq - zx) (Wq - 0) · sw · sx in place of the float MatMul `node`."""
+    def matmul(self, node: Any, wq_name: str, sw_name: str, zw_name: str, per_token: bool,
+               float_rows: str | None = None) -> None:
+        """Y = (Xq - zx) (Wq - 0) · sw · sx in place of the float MatMul `node`; when x has float32
+        channels (split_channels), Xq is made from x without them and Y gains x[..., C] · float_rows
+        (the weight rows W[C, :], float32)."""
         h, T = self._helper, self._T
         x, y, tag = node.input[0], node.output[0], node.name or node.output[0]
+        split = x in self._float_parts
+        if split != (float_rows is not None):
+            raise ValueError(f"{tag}: float32 channels of {x} and float32 weight rows go together")
+        if split:
+            x, y = f"{x}_int_part", f"{tag}_int_part"
         xq, sx, zx = self.per_token(x) if per_token else self.per_tensor(x)
         self.nodes += [
             h.make_node("MatMulInteger", [xq, wq_name, zx, zw_name], [f"{tag}_int32"], f"{tag}_quant"),
@@ -254,6 +298,11 @@ class _QuantizedGraph:
                 h.make_node("Mul", [sx, sw_name], [f"{tag}_scales"], f"{tag}_scales_mul"),
                 h.make_node("Mul", [f"{tag}_float", f"{tag}_scales"], [y], f"{tag}_rescale"),
             ]
+        if split:
+            self.nodes += [
+                h.make_node("MatMul", [self._float_parts[node.input[0]], float_rows], [f"{tag}_float_part"], f"{tag}_float_matmul"),
+                h.make_node("Add", [y, f"{tag}_float_part"], [node.output[0]], f"{tag}_parts_add"),
+            ]
 
 
 def quantize_matmuls(
@@ -265,6 +314,7 @@ def quantize_matmuls(
     scale_cols: dict[str, np.ndarray] | None = None,
     activations: str = "per_token",
     fmt: IntegerFormat = TOKEN_FORMAT,
+    float_channels: dict[str, np.ndarray] | None = None,
     log=print,
 ) -> int:
     """Write `dst` (+ `dst.data`): `src` with every constant-weight 2-D MatMul not in `exclude`
@@ -280,13 +330,21 @@ def quantize_matmuls(
     `scale_rows` / `scale_cols` (initializer name -> vector) rescale 2-D float weights while they
     are streamed, `W[k, :] *= scale_rows[name][k]` and `W[:, n] *= scale_cols[name][n]` (ONNX
     MatMul weights are (K, N) = (in, out)), before quantizing them or, for a weight that stays
-    float32 (`exclude`d, or not a MatMul weight), in its float32 copy."""
+    float32 (`exclude`d, or not a MatMul weight), in its float32 copy.
+
+    `float_channels` (activation tensor name -> channel indices) keeps those channels of that
+    input out of the integers of every MatMul reading it: they are multiplied in float32 by their
+    weight rows and added (`_QuantizedGraph.split_channels`), LLM.int8()'s decomposition with the
+    outlier channels fixed at calibration. Per token only."""
     import onnx
     from onnx import TensorProto, helper
 
     if activations not in ACTIVATIONS:
         raise ValueError(f"activations={activations!r}: expected one of {ACTIVATIONS}")
     per_token = activations == "per_token"
+    float_channels = {x: np.unique(np.asarray(c, np.int64)) for x, c in (float_channels or {}).items() if len(c)}
+    if float_channels and not per_token:
+        raise ValueError("float32 channels are kept only with per-token activations")
     model = onnx.load(str(src), load_external_data=False)
     graph, base = model.graph, src.parent
     inits = {t.name: t for t in graph.initializer}
@@ -322,14 +380,26 @@ def quantize_matmuls(
             if not quantizable(node):
                 out.nodes.append(node)
                 continue
-            w_name = node.input[1]
-            wq, scale = quantize_weight_per_column(read(w_name), weight_levels)  # (K, N), (N,)
+            w_name, x = node.input[1], node.input[0]
+            w, rows_t = read(w_name), None  # (K, N)
+            if x in float_channels:
+                channels = float_channels[x]
+                if channels.max() >= w.shape[0]:
+                    raise ValueError(f"float32 channels of {x} go up to {channels.max()}, but {w_name} has {w.shape[0]} rows")
+                rows_t = TensorProto(name=f"{w_name}_float_rows", data_type=TensorProto.FLOAT, dims=[len(channels), w.shape[1]])
+                writer.add_array(rows_t, w[channels, :])  # (C, N) float32
+                w = w.copy()
+                w[channels, :] = 0.0  # their products are the float32 part's; not in the column scales
+                out.split_channels(x, channels, w.shape[0])
+                out.inits.append(rows_t)
+            wq, scale = quantize_weight_per_column(w, weight_levels)  # (K, N), (N,)
+            del w
             wq_t = TensorProto(name=f"{w_name}_quantized", data_type=TensorProto.INT8, dims=wq.shape)
             writer.add_array(wq_t, wq)  # (K, N), straight to the data file
             zw_t = helper.make_tensor(f"{w_name}_zero_point", TensorProto.INT8, [wq.shape[1]], np.zeros(wq.shape[1], np.int8).tobytes(), raw=True)
             sw_t = helper.make_tensor(f"{w_name}_scale", TensorProto.FLOAT, [wq.shape[1]], scale.tobytes(), raw=True)
             out.inits += [wq_t, zw_t, sw_t]
-            out.matmul(node, wq_t.name, sw_t.name, zw_t.name, per_token)
+            out.matmul(node, wq_t.name, sw_t.name, zw_t.name, per_token, None if rows_t is None else rows_t.name)
             uses[w_name] -= 1
             if uses[w_name] == 0:
                 dropped.add(w_name)
@@ -351,3 +421,54 @@ def quantize_matmuls(
     graph.initializer.extend(kept + out.inits)
     onnx.save(model, str(dst))
     return count
+
+
+def write_u8u8_graph(src: Path, dst: Path) -> int:
+    """Write `dst`: the graph of `src` (a per-token INT8 graph) for CPUs whose u8·s8 kernel
+    saturates (no VNNI/AMX), computing the same integers. Returns the number of weights rewritten.
+
+    ONNX Runtime's u8·s8 kernel on such CPUs sums pairs of u8·s8 products in a saturating int16
+    (VPMADDUBSW), which 8-bit weights overflow; its u8·u8 kernel widens both to int16 and sums in
+    int32 (VPMADDWD), exact for any 8-bit operands. So each int8 weight W of a MatMulInteger is
+    fed as the uint8 W + 128 with zero point 128 — (x - 128)(W + 128 - 128) = (x - 128) W, the same
+    integers. W + 128 is W's bit pattern with the sign bit flipped, `BitwiseXor(Cast<uint8>(W), 128)`
+    (Cast wraps modulo 256), computed on the initializer, which ONNX Runtime folds once when the
+    session starts (about 10 ns a weight on 2 cores). Only the graph is written: `dst` reads the
+    weights from `src`'s external data file (same directory), so the export stores them once."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    if dst.parent.resolve() != src.parent.resolve():
+        raise ValueError(f"{dst} must sit beside {src}: it reads {src.name}'s external data file")
+    model = onnx.load(str(src), load_external_data=False)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 18:
+        raise ValueError(f"{src}: opset {opset}; the u8·u8 graph needs BitwiseXor (opset 18)")
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    int8_weights = {n for n, t in inits.items() if t.data_type == TensorProto.INT8 and len(t.dims) == 2}
+    prelude, rewritten, zero_points = [], {}, {}
+    for node in graph.node:
+        if node.op_type != "MatMulInteger" or len(node.input) < 4 or node.input[1] not in int8_weights:
+            continue
+        w, zp = node.input[1], inits[node.input[3]]
+        if w not in rewritten:
+            rewritten[w] = f"{w}_u8"
+            prelude += [
+                helper.make_node("Cast", [w], [f"{w}_bits"], f"{w}_u8u8_cast", to=TensorProto.UINT8),
+                helper.make_node("BitwiseXor", [f"{w}_bits", "u8u8_sign_bit"], [rewritten[w]], f"{w}_u8u8_shift"),
+            ]
+        if zp.name not in zero_points:
+            zero_points[zp.name] = helper.make_tensor(f"{zp.name}_u8", TensorProto.UINT8, list(zp.dims),
+                                                      np.full(tuple(zp.dims), 128, np.uint8).tobytes(), raw=True)
+        node.input[1], node.input[3] = rewritten[w], zero_points[zp.name].name
+    if not rewritten:
+        raise ValueError(f"{src}: no MatMulInteger with an int8 weight to rewrite")
+    nodes = prelude + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    kept = [t for t in graph.initializer if t.name not in zero_points]  # the int8 zero points: unused now
+    del graph.initializer[:]
+    graph.initializer.extend(kept + [helper.make_tensor("u8u8_sign_bit", TensorProto.UINT8, [], [128]), *zero_points.values()])
+    onnx.save(model, str(dst))
+    return len(rewritten)

@@ -16,6 +16,7 @@ from .tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE
 
 ONNX_FILE = "model.onnx"
 INT8_ONNX_FILE = "model.int8.onnx"
+INT8_U8U8_ONNX_FILE = "model.int8.u8u8.onnx"  # the same INT8 model for CPUs without VNNI/AMX (int8_matmul.write_u8u8_graph)
 SELF_CHECK_FAILURE_FILE = "self_check.failed.json"
 # Everything an export may write: an existing directory holding only these can be re-exported into.
 KNOWN_FILES = {
@@ -25,6 +26,7 @@ KNOWN_FILES = {
     ONNX_FILE + ".data",
     INT8_ONNX_FILE,
     INT8_ONNX_FILE + ".data",
+    INT8_U8U8_ONNX_FILE,
     LM_HEAD_FILE,
     TOKENIZER_FILE,
     CHAT_TEMPLATE_FILE,

@@ -1,14 +1,20 @@
 """INT8: dynamic quantization of a checked float32 export, refused when it moves the answers.
 
-Method: ONNX Runtime's dynamic INT8 for MatMul (the graph pattern `quantize_dynamic` emits, written
-by int8_matmul.py one weight at a time because quantize_dynamic needs ~3x the float32 model in
-RAM): MatMuls with constant weights only, symmetric int8 weights per output channel, activations
-quantized at run time (uint8, one scale per tensor per call).
+Method (int8_matmul.py, written one weight at a time because ONNX Runtime's `quantize_dynamic`
+needs ~3x the float32 model in RAM): every MatMul with a constant weight, weights symmetric per
+output column with 8 bits (int8 in [-127, 127]), activations quantized at run time with one
+symmetric scale per token (row), so a row's result never depends on the other rows of a run or
+on where a prompt was split into cached steps. CPUs with VNNI/AMX run the u8·s8 graph
+(`model.int8.onnx`); every other CPU the u8·u8 graph of the same weights (`model.int8.u8u8.onnx`,
+write_u8u8_graph), because their u8·s8 kernel saturates int16 pair sums with 8-bit weights. Both
+compute the same integers (`Int8Options(weight_bits=7)`: one u8·s8 graph exact everywhere, more
+drift).
 
-The MLP `down_proj` MatMuls are the exception. Their inputs x = act(gate(h)) * up(h) have outlier
-channels and tokens (on Qwen2.5-Coder-1.5B up to ~1400 at the first token against a median token
-maximum of ~20), and quantizing them per tensor moves the probabilities too much (0.22 on the
-default model, 0.25 and 4/8 flips on Qwen2.5-0.5B). So, by default (`smooth=SMOOTH_DEFAULT`):
+The MLP `down_proj` MatMuls stay float32 by default (`smooth=SMOOTH_DEFAULT`, None). Their
+inputs x = act(gate(h)) * up(h) have outlier channels and tokens (on Qwen2.5-Coder-1.5B up to
+~1400 at one channel against a median channel maximum of ~1-8) and are the largest source of
+drift: on the default model, 8 probes + 12 held-out prompts, max |dp| 0.031 with down_proj float32
+against 0.057-0.104 with it quantized (docs/export.md). `smooth=ALPHA` quantizes them too, faster:
 
 - SmoothQuant (Xiao et al. 2023): x is divided per channel by s (x' = x / s) and down_proj's weight
   multiplied by it (W' = diag(s) W, the rows of the (K, N) ONNX weight), so x' W' = x W. The
@@ -17,12 +23,11 @@ default model, 0.25 and 4/8 flips on Qwen2.5-0.5B). So, by default (`smooth=SMOO
   s_j = max|x_j|^alpha / max_n |W[j, n]|^(1 - alpha), clipped to SMOOTH_CLIP, with max|x_j| measured
   by running the float32 graph on CALIBRATION (prompts distinct from PROBES, so the drift probe
   stays held out). Scaling up_proj's columns leaves its per-column int8 error unchanged.
-- x' is quantized per token (one scale per row, `int8_matmul.quantize_matmuls(per_row=...)`):
-  smoothing tames the outlier channels, per-token scales the outlier tokens, which per-channel
-  smoothing cannot (a massive activation at one token would set the per-tensor scale of all).
+- x' is quantized per token like every other input: smoothing tames the outlier channels,
+  per-token scales the outlier tokens.
 
-Layers whose wiring is not the gated pattern (e.g. a fused gate_up_proj) keep down_proj float32,
-as does every down_proj with `smooth=None` (the method before SmoothQuant).
+Layers whose wiring is not the gated pattern (e.g. a fused gate_up_proj) keep down_proj float32
+with smoothing too.
 
 Drift is measured on a fixed probe set (8 lettered multiple-choice questions, candidates the
 tokens of 'A'..'E'): float32 ONNX vs INT8 ONNX, softmax restricted to the candidates. Refused
@@ -30,10 +35,10 @@ tokens of 'A'..'E'): float32 ONNX vs INT8 ONNX, softmax restricted to the candid
 top-1 answer flips although float32 preferred it by a margin of at least 0.20 (a "decisive" flip;
 near-ties may flip within the 0.10 tolerance), unless `force`.
 
-Because per-tensor activation scales are computed per call over the whole input tensor, INT8
-results can depend on what else is in the batch (other rows, padding) and on how the prompt is
-split between prefill and cached steps. Both are measured and recorded (`batch_dependence`,
-`cache_dependence`), next to the same numbers for float32 as a baseline.
+With per-token scales the INT8 graph depends on neither batching nor cache splits; both are
+measured and recorded (`batch_dependence`, `cache_dependence`) next to the same numbers for
+float32, and for the per-tensor scheme (`activations="per_tensor"`, quantize_dynamic's pattern,
+kept as the documented negative) they are not zero.
 """
 
 from __future__ import annotations
@@ -49,9 +54,10 @@ import numpy as np
 
 from .errors import ExportError, QuantizationError
 from typed_decisions.cpu import describe as cpu_describe
+from typed_decisions.quantized import EXACT_CLASSES, graph_file
 
-from .layout import INT8_ONNX_FILE, make_logger, prepare_out_dir
-from .int8_matmul import ACTIVATIONS, TOKEN_FORMAT, quantize_matmuls, read_weight
+from .layout import INT8_ONNX_FILE, INT8_U8U8_ONNX_FILE, make_logger, prepare_out_dir
+from .int8_matmul import ACTIVATIONS, IntegerFormat, quantize_matmuls, read_weight, write_u8u8_graph
 from .manifest import LM_HEAD_FILE, MANIFEST_FILE, file_hashes, read_manifest, write_manifest
 from .ort_backbone import OrtBackbone, candidate_logits, restricted_softmax
 from .tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE, candidate_ids, encode_prompt, render_chat
@@ -78,9 +84,11 @@ CANDIDATE_TEXTS = ["A", "B", "C", "D", "E"]
 
 # SmoothQuant: the MatMul whose input is smoothed, and the one whose output columns absorb 1/s.
 SMOOTH_TARGET, SMOOTH_SOURCE = "down_proj", "up_proj"
-SMOOTH_DEFAULT: float | None = 0.5  # alpha used when quantize_export is not told (None: no smoothing)
+SMOOTH_DEFAULT: float | None = None  # alpha used when quantize_export is not told (None: down_proj float32)
+SMOOTH_ALPHA = 0.5  # the alpha `--smooth` suggests: the faster INT8 (docs/export.md has both measured)
 SMOOTH_KEEP_FLOAT_DEFAULT = 0  # with smoothing: down_proj MatMuls left float32, largest inputs first
 SMOOTH_NORMS_DEFAULT = False  # with smoothing: also smooth the inputs after each RMSNorm (q/k/v, gate/up)
+WEIGHT_BITS_DEFAULT = 8  # per-token weights: 127 levels (u8·u8 graph where u8·s8 saturates) rather than 63
 LOAD_CHECK_PROBES = 2  # probes the runtime re-runs at load on a CPU class other than the one measured
 SMOOTH_CLIP = (1e-5, 1e5)
 # Calibration prompts for the smoothing vectors' activation maxima, rendered through the chat
@@ -273,6 +281,18 @@ def smoothing_vector(act_absmax: np.ndarray, weight_absmax: np.ndarray, alpha: f
     return np.clip(s, *SMOOTH_CLIP)
 
 
+def float_channels(act_absmax: np.ndarray, count: int) -> np.ndarray:
+    """The `count` channels of an activation with the largest calibration maxima (ascending
+    indices): those kept float32 in every MatMul that reads it (int8_matmul, float_channels).
+
+    >>> float_channels(np.array([1.0, 9.0, 2.0, 30.0, 0.5]), 2).tolist()
+    [1, 3]
+    """
+    act = np.asarray(act_absmax, np.float64)
+    count = min(max(int(count), 0), act.size)
+    return np.sort(np.argsort(-act, kind="stable")[:count]).astype(np.int64)
+
+
 def _activation_absmax(onnx_path: Path, tensors: list[str], prompts: list[list[int]], log=print) -> dict[str, np.ndarray]:
     """Per-channel max |value| of each named tensor (last axis) over every position of `prompts`,
     each run alone through the float32 graph. The tensors are made graph outputs in a temporary
@@ -461,12 +481,20 @@ class Int8Options:
         (quantize_dynamic's pattern: depends on batch-mates and cache splits; kept for comparison).
     smooth_norms: with smoothing, also smooth the q/k/v and gate/up inputs, folding 1/s into the
         RMSNorm weights before them (_norm_sites).
+    weight_bits: per-token INT8 weights with 8 bits (127 levels each side; CPUs without VNNI/AMX
+        run the u8·u8 companion graph, int8_matmul.write_u8u8_graph) or 7 bits (63 levels: one
+        u8·s8 graph exact on every CPU, more drift).
     """
 
     smooth: float | None = SMOOTH_DEFAULT
     keep_float: int = SMOOTH_KEEP_FLOAT_DEFAULT
     activations: str = "per_token"
     smooth_norms: bool = SMOOTH_NORMS_DEFAULT
+    weight_bits: int = WEIGHT_BITS_DEFAULT
+
+    @property
+    def integer_format(self) -> IntegerFormat:
+        return IntegerFormat(act_levels=127, weight_levels=(1 << (self.weight_bits - 1)) - 1)
 
     def __post_init__(self) -> None:
         if self.smooth is not None and not 0.0 <= self.smooth <= 1.0:
@@ -477,6 +505,8 @@ class Int8Options:
             raise ExportError("keep_float / smooth_norms only apply with smoothing (without it every down_proj stays float32)")
         if self.activations not in ACTIVATIONS:
             raise ExportError(f"activations={self.activations!r}: expected one of {', '.join(ACTIVATIONS)}")
+        if self.weight_bits not in (7, 8):
+            raise ExportError(f"weight_bits={self.weight_bits}: expected 7 or 8")
 
 
 def _plan(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any], log) -> SmoothingPlan:
@@ -493,9 +523,12 @@ def _plan(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any],
     return plan
 
 
-def _measure(probe: _Probe, prompts: list[list[int]], src_onnx: Path, out_onnx: Path) -> dict[str, Any]:
-    """Drift of INT8 against float32 on the probes, and each graph's dependence on batching and on
-    cache splits (a probe alone vs left-padded in one batch vs a prefix step + 3 cached tokens)."""
+def _measure(probe: _Probe, prompts: list[list[int]], src_onnx: Path, out_onnx: Path,
+             other: Path | None = None) -> dict[str, Any]:
+    """Drift of INT8 (`out_onnx`, the graph this CPU runs) against float32 on the probes, and each
+    graph's dependence on batching and on cache splits (a probe alone vs left-padded in one batch
+    vs a prefix step + 3 cached tokens). `other`: the INT8 graph for the other CPU classes, when
+    this CPU computes it exactly too; its probabilities are compared with `out_onnx`'s."""
     tables, seconds = {}, {}
     for dtype, path in (("float32", src_onnx), ("int8", out_onnx)):
         ort = OrtBackbone(path)  # one session at a time: the float32 one holds the whole model
@@ -506,6 +539,11 @@ def _measure(probe: _Probe, prompts: list[list[int]], src_onnx: Path, out_onnx: 
         tables[dtype] = (alone, probe.batched(ort, prompts), probe.cached(ort, prompts))
         del ort
     (p32, b32, c32), (p8, b8, c8) = tables["float32"], tables["int8"]  # each (probes, candidates)
+    graphs_agree = None
+    if other is not None:  # the other CPU classes' graph, run here: the same integers, so the same answers
+        ort = OrtBackbone(other)
+        graphs_agree = {"graph": other.name, "max_abs_prob": float(np.abs(probe.alone(ort, prompts) - p8).max())}
+        del ort
     return {
         "drift": _compare(p32, p8) | {"probes": len(prompts), "candidates": len(probe.cands)},
         "batch_dependence": {"int8": _compare(p8, b8), "float32": _compare(p32, b32)},
@@ -514,6 +552,7 @@ def _measure(probe: _Probe, prompts: list[list[int]], src_onnx: Path, out_onnx: 
         "p8": p8,
         "speed": {"probe_prefill_seconds": {k: round(v, 3) for k, v in seconds.items()},
                   "int8_vs_float32": round(seconds["float32"] / seconds["int8"], 2)},
+        "graphs_agree": graphs_agree,
     }
 
 
@@ -525,7 +564,8 @@ def _load_check(prompts: list[list[int]], cands: list[int], p8: np.ndarray, k: i
 
 
 def _record(options: Int8Options, plan: SmoothingPlan, count: int, m: dict[str, Any], passed: bool, force: bool,
-            seconds: float, source_sha256: str | None, load_check: dict[str, Any]) -> dict[str, Any]:
+            seconds: float, source_sha256: str | None, load_check: dict[str, Any],
+            graphs: dict[str, str] | None) -> dict[str, Any]:
     """The manifest's `quantization` (docs/FORMAT.md)."""
     per_token = options.activations == "per_token"
     return {
@@ -534,9 +574,11 @@ def _record(options: Int8Options, plan: SmoothingPlan, count: int, m: dict[str, 
         "weight_type": "int8",
         "activations": options.activations,
         "row_independent": per_token,  # the runtime batches rows only when this is true
-        "integer_format": TOKEN_FORMAT.describe() if per_token else {
+        "integer_format": options.integer_format.describe() if per_token else {
             "activations": "per tensor, asymmetric uint8 (DynamicQuantizeLinear)", "weights": "per output column, int8",
             "pair_bound": 2 * 255 * 127, "exact_without_vnni": False},
+        "graphs": graphs,  # CPU kernel path -> graph file (runtime quantized.graph_file); None: onnx_file everywhere
+        "graphs_agree": m["graphs_agree"],  # the other path's graph run on this CPU (when exact here)
         "op_types": ["MatMul"],
         "quantized": count,
         "excluded": plan.float_modules,
@@ -561,6 +603,7 @@ def _discard(out_dir: Path, out_onnx: Path, in_place: bool) -> None:
     if in_place:
         out_onnx.unlink(missing_ok=True)
         out_onnx.with_name(out_onnx.name + ".data").unlink(missing_ok=True)
+        (out_dir / INT8_U8U8_ONNX_FILE).unlink(missing_ok=True)
     else:
         prepare_out_dir(out_dir)  # leave it empty rather than half-made
 
@@ -625,13 +668,23 @@ def quantize_export(
     plan = _plan(src_onnx, options, tok, facts, log)
     log(f"quantizing MatMul weights to int8 per channel ({options.activations} activations), keeping "
         f"{len(plan.float_nodes)} {SMOOTH_TARGET} MatMuls float32 ...")
+    fmt = options.integer_format
     count = quantize_matmuls(src_onnx, out_onnx, exclude=set(plan.float_nodes), scale_rows=plan.scale_rows,
-                             scale_cols=plan.scale_cols, activations=options.activations, log=log)
+                             scale_cols=plan.scale_cols, activations=options.activations, fmt=fmt, log=log)
+    graphs, cpu = None, cpu_describe()["class"]
+    if options.activations == "per_token" and not fmt.exact_without_vnni:
+        write_u8u8_graph(out_onnx, out_dir / INT8_U8U8_ONNX_FILE)
+        graphs = {"u8s8": INT8_ONNX_FILE, "u8u8": INT8_U8U8_ONNX_FILE}
     quant_seconds = time.perf_counter() - t0
     log(f"quantized {count} MatMuls in {quant_seconds:.1f} s; measuring drift on {len(PROBES)} probes ...")
     pad_id = facts["pad_token_id"] if facts["pad_token_id"] is not None else 0
-    m = _measure(_Probe(lm_head, cands, arch, pad_id), prompts, src_onnx, out_onnx)
-    drift, cpu = m["drift"], cpu_describe()["class"]
+    here = out_dir / (graph_file({"graphs": graphs}, cpu) or INT8_ONNX_FILE)  # the graph this CPU runs
+    other = out_dir / INT8_U8U8_ONNX_FILE if graphs and cpu in EXACT_CLASSES else None
+    m = _measure(_Probe(lm_head, cands, arch, pad_id), prompts, src_onnx, here, other)
+    drift = m["drift"]
+    if m["graphs_agree"] is not None:
+        log(f"the u8*u8 graph (CPUs without VNNI/AMX), run here: max |dp| {m['graphs_agree']['max_abs_prob']:.2g} "
+            "from the u8*s8 graph")
     passed = drift["max_abs_prob"] <= THRESHOLD["max_abs_prob"] and drift["decisive_flips"] <= THRESHOLD["decisive_flips"]
     log(f"int8 drift: max |dp| {drift['max_abs_prob']:.4f}, {drift['top1_flips']}/{len(prompts)} top-1 flips "
         f"({drift['decisive_flips']} decisive); batch dependence {m['batch_dependence']['int8']['max_abs_prob']:.2g}, "
@@ -647,7 +700,7 @@ def quantize_export(
             f"{src_dir} keeps its float32 export. Use force=True (--force) to keep INT8 anyway."
         )
     quantization = _record(options, plan, count, m, passed, force, quant_seconds,
-                           manifest["files"].get(manifest["onnx_file"]), _load_check(prompts, cands, m["p8"]))
+                           manifest["files"].get(manifest["onnx_file"]), _load_check(prompts, cands, m["p8"]), graphs)
     manifest = _install(out_dir, src_onnx, manifest, quantization, in_place)
     log(f"wrote {MANIFEST_FILE}: {out_dir} is a usable INT8 export")
     return manifest

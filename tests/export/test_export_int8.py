@@ -28,11 +28,12 @@ def test_smollm2_int8_drift_is_measured_and_judged(smollm2_int8):
     q = manifest["quantization"]
     assert manifest["onnx_file"] == "model.int8.onnx"
     assert q["method"] == "dynamic-int8" and q["per_channel"] is True
-    # The default since SmoothQuant: every down_proj smoothed and quantized (per token), none float32.
-    assert q["excluded"] == [] and q["quantized"] == 30 * 7
-    sm = q["smoothing"]
-    assert sm["alpha"] == quantize_mod.SMOOTH_DEFAULT and sm["activations"] == "per_token"
-    assert sm["smoothed"] == [f"layers.{i}.mlp.down_proj" for i in range(30)]  # inside the backbone
+    # The default: every MatMul but down_proj quantized per token with 8-bit weights; down_proj
+    # float32 (its outlier inputs are the largest source of drift, docs/export.md).
+    assert quantize_mod.SMOOTH_DEFAULT is None and q["smoothing"] is None and q["activations"] == "per_token"
+    assert q["excluded"] == [f"layers.{i}.mlp.down_proj" for i in range(30)] and q["quantized"] == 30 * 6
+    assert q["integer_format"]["pair_bound"] == 2 * 255 * 127 and q["integer_format"]["exact_without_vnni"] is False
+    assert q["graphs"] == {"u8s8": "model.int8.onnx", "u8u8": "model.int8.u8u8.onnx"}
     drift = q["drift"]
     assert drift["probes"] == 8 and drift["candidates"] == 5
     assert 0.0 <= drift["max_abs_prob"] <= 1.0 and 0 <= drift["top1_flips"] <= 8
@@ -59,7 +60,7 @@ def test_smollm2_int8_directory(smollm2_int8, smollm2_export):
     out, manifest = smollm2_int8
     names = {p.name for p in out.iterdir() if p.name != "manifest.json" and not p.name.startswith(".")}
     assert set(manifest["files"]) == names
-    assert {"model.int8.onnx", "lm_head.npy", "tokenizer.json", "chat_template.jinja"} <= names
+    assert {"model.int8.onnx", "model.int8.u8u8.onnx", "lm_head.npy", "tokenizer.json", "chat_template.jinja"} <= names
     assert "model.onnx" not in names and "model.onnx.data" not in names
     for name, digest in manifest["files"].items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest, name
@@ -69,6 +70,58 @@ def test_smollm2_int8_directory(smollm2_int8, smollm2_export):
     assert int8_bytes < 0.6 * fp32_bytes
     art = load_artifacts(out)
     assert art.onnx_path.name == "model.int8.onnx"
+
+
+def test_int8_runs_the_graph_whose_kernel_is_exact_on_the_cpu(smollm2_int8, monkeypatch):
+    """8-bit weights: VNNI/AMX run the u8*s8 graph, every other CPU the u8*u8 one over the same
+    weights; both compute the same integers, so where both are exact (VNNI/AMX) they answer the
+    same. On a CPU without VNNI the export itself was measured on the u8*u8 graph (graphs_agree
+    is then not measured: the u8*s8 graph saturates there)."""
+    import typed_decisions.quantized as quantized
+    from typed_decisions import Decider
+    from typed_decisions.cpu import cpu_class
+
+    out, manifest = smollm2_int8
+    q = manifest["quantization"]
+    native = Decider.from_dir(out, threads=2)
+    here = cpu_class()
+    assert native.engine.backbone.onnx_path.name == ("model.int8.onnx" if here in quantized.EXACT_CLASSES else "model.int8.u8u8.onnx")
+    if here not in quantized.EXACT_CLASSES:
+        assert q["graphs_agree"] is None
+        return
+    assert q["graphs_agree"]["graph"] == "model.int8.u8u8.onnx" and q["graphs_agree"]["max_abs_prob"] <= 1e-5
+    monkeypatch.setattr(quantized, "cpu_class", lambda: "avx2")  # what an AVX2 machine loads
+    avx2 = Decider.from_dir(out, threads=2)
+    assert avx2.engine.backbone.onnx_path.name == "model.int8.u8u8.onnx"
+    assert avx2.engine.cpu_check["cpu"] == "avx2" and avx2.engine.cpu_check["max_abs_prob"] <= 1e-5
+    request = {"model": "tiny", "state": "The invoice was paid twice; please refund one.", "questions": {
+        "team": {"type": "choice", "criteria": {"billing": "Payments", "technical": "Bugs", "sales": "Buying"}},
+        "urgent": {"type": "noul", "instructions": "Is it urgent?"}}}
+    a, b = native.probabilities(request), avx2.probabilities(request)
+    for name in a:
+        assert np.abs(np.asarray(a[name]) - np.asarray(b[name])).max() <= 1e-5, name
+
+
+def test_8_bit_weights_without_a_u8u8_graph_are_refused_without_vnni(smollm2_int8, tmp_path, monkeypatch):
+    """An export that only has the u8*s8 graph of 8-bit weights computes wrong integers on a CPU
+    without VNNI/AMX: refused there with what to do, never served."""
+    import shutil
+
+    import typed_decisions.quantized as quantized
+    from typed_decisions import Decider
+    from typed_decisions.errors import EngineError
+
+    out, manifest = smollm2_int8
+    dst = tmp_path / "old"
+    shutil.copytree(out, dst)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    manifest["quantization"]["graphs"] = None
+    del manifest["files"]["model.int8.u8u8.onnx"]
+    (dst / "model.int8.u8u8.onnx").unlink()
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(quantized, "cpu_class", lambda: "avx2")
+    with pytest.raises(EngineError, match="no u8\\*u8 graph"):
+        Decider.from_dir(dst, threads=2)
 
 
 def test_drift_above_threshold_is_refused(tiny_exports, tmp_path, monkeypatch):
@@ -92,8 +145,10 @@ def test_cli_int8_in_place_with_force(tiny_folders, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["name"] == "t" and summary["onnx_file"] == "model.int8.onnx" and summary["self_check_passed"]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["quantization"]["excluded"] == []  # SmoothQuant by default: down_proj quantized too
-    assert manifest["quantization"]["smoothing"]["smoothed"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
+    # By default down_proj stays float32; the other MatMuls get 8-bit weights and a u8*u8 twin graph.
+    assert manifest["quantization"]["excluded"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
+    assert manifest["quantization"]["smoothing"] is None
+    assert {"model.int8.onnx", "model.int8.u8u8.onnx"} <= set(manifest["files"])
     assert set(manifest["files"]) == {p.name for p in out.iterdir() if p.name != "manifest.json"}
     assert not (out / "model.onnx").exists()
     assert manifest["self_check"]["graph"].startswith("model.onnx (float32")

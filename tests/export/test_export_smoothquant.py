@@ -17,7 +17,7 @@ import pytest
 import typed_decisions_export.quantize as quantize_mod
 from typed_decisions_export import ExportError, Int8Options, quantize_export
 from typed_decisions_export.cli import main
-from typed_decisions_export.int8_matmul import quantize_matmuls, scale_weight
+from typed_decisions_export.int8_matmul import EXACT_EVERYWHERE_FORMAT, quantize_matmuls, scale_weight
 from typed_decisions_export.quantize import _plan_smoothing, _smoothing_pairs, smoothing_vector
 
 HIDDEN, INTER = 8, 16
@@ -133,12 +133,13 @@ def test_folding_is_exact_in_float_on_the_hand_built_mlp(tmp_path):
     assert np.abs(_run(tmp_path / "half.onnx", h) - ref).max() > 0.1 * np.abs(ref).max()
 
 
-def _emulate_per_token(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The per-token INT8 MatMul in numpy, exact integer product: 127 levels per token, 63 per column."""
+def _emulate_per_token(x: np.ndarray, w: np.ndarray, weight_levels: int = 63) -> np.ndarray:
+    """The per-token INT8 MatMul in numpy, exact integer product: 127 levels per token,
+    `weight_levels` per column."""
     from typed_decisions_export.int8_matmul import quantize_weight_per_column
 
     sx = np.abs(x).max(-1, keepdims=True) / 127.0  # (B, T, 1)
-    wq, sw = quantize_weight_per_column(w, 63)  # (K, N) int8 in [-63, 63], (N,)
+    wq, sw = quantize_weight_per_column(w, weight_levels)  # (K, N) int8, (N,)
     return (np.rint(x / sx).astype(np.int64) @ wq.astype(np.int64)).astype(np.float64) * sw * sx
 
 
@@ -147,7 +148,8 @@ def test_per_token_activation_quantization_matches_numpy(tmp_path):
     Runtime's result equals a numpy emulation with an exact integer product, and no row depends on
     the others (per-tensor scales would make it depend on its batch-mates)."""
     w = _mlp_graph(tmp_path / "m.onnx")
-    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "r.onnx", exclude={"node_gate", "node_up"}, log=lambda m: None)
+    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "r.onnx", exclude={"node_gate", "node_up"},
+                     fmt=EXACT_EVERYWHERE_FORMAT, log=lambda m: None)  # one u8*s8 graph, exact on any CPU
     h = np.random.default_rng(2).normal(size=(2, 5, HIDDEN)).astype(np.float32)
     h[1, 0] *= 50.0  # one loud token: with per-tensor scales every other row would get coarser
     g = h @ w["w_gate"]
@@ -164,6 +166,32 @@ def test_per_token_activation_quantization_matches_numpy(tmp_path):
     assert 0 < np.abs(out - ref).max() <= 0.05 * np.abs(ref).max()
 
 
+def test_float32_channels_are_taken_out_of_the_integers(tmp_path):
+    """float_channels: the listed channels of down_proj's input are multiplied in float32 by their
+    weight rows; the rest is quantized per token without them (their rows are zero in the integer
+    weight, so they set neither a token's scale nor a column's). Oracle: numpy, exact integers."""
+    w = _mlp_graph(tmp_path / "m.onnx")
+    channels = np.array([3, 7])  # 3 is the hand-made outlier channel
+    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "f.onnx", exclude={"node_gate", "node_up"},
+                     fmt=EXACT_EVERYWHERE_FORMAT, float_channels={"x": channels}, log=lambda m: None)
+    h = np.random.default_rng(2).normal(size=(2, 5, HIDDEN)).astype(np.float32)
+    g = h @ w["w_gate"]
+    with np.errstate(over="ignore"):
+        x = (g / (1 + np.exp(-g)) * (h @ w["w_up"])).astype(np.float64)
+    x_int, w_int = x.copy(), w["w_down"].copy()
+    x_int[..., channels], w_int[channels, :] = 0.0, 0.0
+    expected = _emulate_per_token(x_int, w_int) + x[..., channels] @ w["w_down"][channels, :].astype(np.float64)
+    out = _run(tmp_path / "f.onnx", h)
+    assert np.abs(out - expected).max() <= 1e-5 * np.abs(expected).max()
+    # Taking the outlier channel out makes the result closer to float32 than plain per-token INT8.
+    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "r.onnx", exclude={"node_gate", "node_up"},
+                     fmt=EXACT_EVERYWHERE_FORMAT, log=lambda m: None)
+    ref = _run(tmp_path / "m.onnx", h)
+    assert np.abs(out - ref).max() < 0.5 * np.abs(_run(tmp_path / "r.onnx", h) - ref).max()
+    alone = np.concatenate([_run(tmp_path / "f.onnx", h[i : i + 1]) for i in range(2)])
+    np.testing.assert_array_equal(alone, out)  # still row-independent
+
+
 def test_per_tensor_activations_depend_on_batch_mates(tmp_path):
     """The documented negative: quantize_dynamic's per-tensor pattern gives a row a different result
     next to a loud row than alone, which per_token (above) never does."""
@@ -178,7 +206,7 @@ def test_per_tensor_activations_depend_on_batch_mates(tmp_path):
 
 def test_per_token_graph_is_exact_at_the_integer_extremes(tmp_path):
     """Every activation at +-127 (stored 1 or 255) and every weight at +-63 (the largest pair sums
-    the format allows): ONNX Runtime's MatMulInteger gives the exact integer product on this CPU,
+    the 7-bit format allows): ONNX Runtime's MatMulInteger gives the exact integer product on this CPU,
     whatever its class (without VNNI, 8-bit weights would saturate here; benchmarks/int8_kernels.py)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -192,7 +220,7 @@ def test_per_token_graph_is_exact_at_the_integer_extremes(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     onnx.save(model, str(tmp_path / "e.onnx"))
-    quantize_matmuls(tmp_path / "e.onnx", tmp_path / "q.onnx", exclude=set(), log=lambda m: None)
+    quantize_matmuls(tmp_path / "e.onnx", tmp_path / "q.onnx", exclude=set(), fmt=EXACT_EVERYWHERE_FORMAT, log=lambda m: None)
     h = np.ones((3, k), np.float32)
     h[1] = -1.0
     h[2, ::2] = -1.0
@@ -213,6 +241,41 @@ def test_per_token_graph_is_exact_at_the_integer_extremes(tmp_path):
         assert error > 1.0
     else:
         assert error < 1e-4
+    # ... and its u8*u8 companion graph (what CPUs without VNNI/AMX run) is exact on every class.
+    from typed_decisions_export.int8_matmul import write_u8u8_graph
+
+    assert write_u8u8_graph(tmp_path / "q8.onnx", tmp_path / "q8.u8u8.onnx") == 1
+    np.testing.assert_allclose(run(tmp_path / "q8.u8u8.onnx"), h.astype(np.float64) @ w, rtol=0, atol=1e-4)
+
+
+def test_u8u8_graph_computes_the_same_integers(tmp_path):
+    """write_u8u8_graph: W + 128 with zero point 128 in place of W (int8), folded by ONNX Runtime at
+    session start: the same output as a numpy oracle of the u8*s8 graph (exact integer product),
+    with the weights stored once (the graph file has no tensor data of its own)."""
+    import onnx
+
+    from typed_decisions_export.int8_matmul import IntegerFormat, quantize_weight_per_column, write_u8u8_graph
+
+    w = _mlp_graph(tmp_path / "m.onnx")
+    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "q.onnx", exclude={"node_gate", "node_up"},
+                     fmt=IntegerFormat(127, 127), log=lambda m: None)
+    assert write_u8u8_graph(tmp_path / "q.onnx", tmp_path / "q.u8u8.onnx") == 1
+    h = np.random.default_rng(4).normal(size=(2, 5, HIDDEN)).astype(np.float32)
+    g = h @ w["w_gate"]
+    with np.errstate(over="ignore"):
+        x = g / (1 + np.exp(-g)) * (h @ w["w_up"])
+    sx = np.abs(x).max(-1, keepdims=True) / 127.0
+    wq, sw = quantize_weight_per_column(w["w_down"], 127)
+    expected = (np.rint(x / sx).astype(np.int64) @ wq.astype(np.int64)).astype(np.float64) * sw * sx
+    out = _run(tmp_path / "q.u8u8.onnx", h)
+    assert np.abs(out - expected).max() <= 1e-5 * np.abs(expected).max()
+    graph = onnx.load(str(tmp_path / "q.u8u8.onnx"), load_external_data=False).graph
+    assert {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.INT8 and len(t.dims) == 2} == {"w_down_quantized"}
+    stored = next(t for t in graph.initializer if t.name == "w_down_quantized")  # read from q.onnx's data, not copied
+    assert stored.data_location == onnx.TensorProto.EXTERNAL
+    assert {e.key: e.value for e in stored.external_data}["location"] == "q.onnx.data"
+    with pytest.raises(ValueError, match="no MatMulInteger"):
+        write_u8u8_graph(tmp_path / "m.onnx", tmp_path / "m.u8u8.onnx")
 
 
 def test_quantize_matmuls_rejects_a_scale_for_an_unknown_weight(tmp_path):
