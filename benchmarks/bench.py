@@ -41,7 +41,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import resource
 import signal
 import sys
@@ -55,6 +54,8 @@ from typing import Any, Callable
 
 import numpy as np
 from tqdm import tqdm
+
+from typed_decisions.cpu import describe as cpu_describe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from free_text_baseline import generate_text, load_torch_model, parse_answer  # noqa: E402
@@ -437,14 +438,39 @@ class Reference:
 
 
 class LlamaCpp:
-    """llama-cpp-python: eval each context after the longest common prefix with the previous one."""
+    """llama-cpp-python on the GGUF: each context's logits of the allowed tokens.
+
+    ``reuse=True`` keeps the KV of the longest common prefix with the previous context and
+    evaluates only the rest (what llama.cpp's own prompt cache does: one prefill of the state,
+    then a short branch per question suffix and label node); ``reuse=False`` evaluates every
+    context from scratch. The logits are read with ``llama_get_logits_ith(ctx, -1)`` (the last
+    token of the last ``eval``): ``Llama.scores`` is filled only with ``logits_all=True``, and
+    reading it otherwise compares against an unfilled buffer."""
 
     def __init__(self, gguf: Path, threads: int, n_ctx: int):
         import llama_cpp
 
+        self.llama_cpp = llama_cpp
         self.llm = llama_cpp.Llama(model_path=str(gguf), n_threads=threads, n_threads_batch=threads,
                                    n_ctx=n_ctx, n_batch=512, logits_all=False, verbose=False)
         self.version = llama_cpp.__version__
+        self.n_vocab = self.llm.n_vocab()
+
+    def _last_logits(self) -> np.ndarray:
+        """The logits of the last evaluated token, (n_vocab,) float64 (a copy)."""
+        ptr = self.llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float64)
+
+    def _truncate(self, n: int) -> None:
+        """Forget every token from position ``n`` on (its KV and the Python-side token count)."""
+        llm = self.llm
+        llm.n_tokens = n
+        ctx = llm._ctx
+        for name in ("memory_seq_rm", "kv_cache_seq_rm"):  # renamed in llama.cpp's memory API
+            if hasattr(ctx, name):
+                getattr(ctx, name)(-1, n, -1)
+                return
+        raise RuntimeError("this llama-cpp-python has no memory_seq_rm / kv_cache_seq_rm")
 
     def logits(self, contexts: list[tuple[int, ...]], allowed: list[tuple[int, ...]], reuse: bool
                ) -> tuple[list[np.ndarray], int]:
@@ -454,12 +480,10 @@ class LlamaCpp:
             n = 0
             while n < min(len(have), len(c) - 1) and have[n] == c[n]:
                 n += 1
-            llm.n_tokens = n
-            llm._ctx.kv_cache_seq_rm(-1, n, -1) if hasattr(llm._ctx, "kv_cache_seq_rm") else None
+            self._truncate(n)
             llm.eval(list(c[n:]))
             computed += len(c) - n
-            z = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-            out.append(z[list(a)])
+            out.append(self._last_logits()[list(a)])
         return out, computed
 
 
@@ -566,6 +590,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="int8,fp32", help="dtypes whose prefill is profiled (or 'none')")
     p.add_argument("--llama-site", default="/tmp/llvenv/lib/python3.11/site-packages",
                    help="extra site-packages holding llama_cpp (a throwaway venv), appended to sys.path")
+    p.add_argument("--llama-max-dp", type=float, default=0.1,
+                   help="largest |p_llama.cpp - p_ours fp32| accepted (quantized vs de-quantized weights; "
+                        "measured 0.005-0.03 on the default model); above it the run fails")
+    p.add_argument("--llama-no-reuse-max-tokens", type=int, default=20_000,
+                   help="skip llama.cpp without prefix reuse on a workload with more context tokens")
     p.add_argument("--w5-clients", type=int, default=16, help="W5: concurrent HTTP clients")
     p.add_argument("--w5-requests", type=int, default=4, help="W5: requests per client (each a different state)")
     p.add_argument("--w5-dtype", choices=["fp32", "int8"], default=None,
@@ -646,7 +675,7 @@ def start_run(args: argparse.Namespace) -> Run:
         "model": art.name, "fp32_dir": str(fp32_dir), "int8_dir": str(int8_dir) if int8_dir else None,
         "gguf": str(gguf) if gguf else None, "backbone_params": params, "threads": args.threads,
         "trials": args.trials, "peer_trials": args.peer_trials or args.trials,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_describe(),  # class (avx2, avx512-vnni, amx), model, ISA flags: every number depends on it
         "nproc": os.cpu_count(), "load_avg_start": os.getloadavg(), "results": {}, "skipped": {},
     }
     print(f"model {art.name}: {params / 1e6:.1f} M backbone matmul params; fp32 {fp32_dir}; int8 {int8_dir}; "
@@ -796,7 +825,12 @@ def run_transformers_peers(run: Run, peers: set[str], mode: str) -> None:
 
 
 def run_llama_cpp(run: Run, mode: str) -> None:
-    """llama-cpp-python on the GGUF, with and without its own prefix reuse."""
+    """llama-cpp-python on the GGUF, with and without its own prefix reuse.
+
+    Its probabilities must agree with ours (fp32, de-quantized from the same GGUF) within
+    ``--llama-max-dp``: a peer that reads the wrong buffer fails the run instead of printing a
+    number. Without reuse, a workload that would evaluate more than ``--llama-no-reuse-max-tokens``
+    tokens is skipped (W4 re-evaluates 200 contexts of ~1,200 tokens: about an hour on 2 cores)."""
     run.rss.phase("llama_cpp")
     if run.args.llama_site and Path(run.args.llama_site).is_dir():
         sys.path.append(run.args.llama_site)
@@ -811,17 +845,31 @@ def run_llama_cpp(run: Run, mode: str) -> None:
     longest = max(len(c) for comp in run.compiled.values() for c in readout_plan(comp).contexts)
     lc = LlamaCpp(run.gguf, run.args.threads, n_ctx=longest + 16)
     run.res["llama_cpp_version"] = lc.version
+    disagreements = []
     for wl, comp in run.peer_requests(mode):
         plan = readout_plan(comp)
         ctx, allowed = list(plan.contexts), list(plan.allowed)
         for reuse in (False, True):
+            system = f"llama_cpp{'_prefix-reuse' if reuse else ''}"
+            tokens = sum(len(c) for c in ctx)
+            if not reuse and tokens > run.args.llama_no_reuse_max_tokens:
+                run.res["skipped"][f"{system}/{wl}"] = (
+                    f"would evaluate {tokens} tokens from scratch (> --llama-no-reuse-max-tokens "
+                    f"{run.args.llama_no_reuse_max_tokens}); measured with prefix reuse only")
+                continue
             times, (logits, computed) = timed(lambda c=ctx, a=allowed, r=reuse: lc.logits(c, a, r),
                                               run.peer_trials, f"llama.cpp reuse={reuse} {wl}",
                                               before=lambda: lc.llm.reset(), warmup=run.args.warmup)
             dp = run.max_abs_dp(wl, mode, probabilities_from(plan, logits))
             med = float(np.median(times))
-            run.record(f"llama_cpp{'_prefix-reuse' if reuse else ''}", wl, times, tokens_computed=computed,
+            run.record(system, wl, times, tokens_computed=computed,
                        requests_per_s=round(1 / med, 3), max_abs_dp_vs_ours_fp32_q4_weights=dp)
+            if dp is not None and dp > run.args.llama_max_dp:
+                disagreements.append(f"{system} {wl}: max |dp| {dp:.4f}")
+    if disagreements:
+        raise SystemExit(f"llama.cpp disagrees with ours by more than --llama-max-dp "
+                         f"{run.args.llama_max_dp}: {'; '.join(disagreements)} — the peer reads the "
+                         "wrong logits, or the GGUF is not the one the export was made from")
 
 
 def finish(run: Run, mode: str, t_start: float) -> None:
