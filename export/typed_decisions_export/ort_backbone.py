@@ -101,3 +101,20 @@ def restricted_softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=-1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def right_padded_suffixes(ort: OrtBackbone, common: list[int], suffixes: list[list[int]], pad_id: int) -> np.ndarray:
+    """`suffixes` as cached steps on one shared past (`common`, prefilled once), right-padded in
+    one batch: each row's hidden state at its own last real position, (B, H)."""
+    _, present = ort.prefill(common)
+    width, p = max(len(s) for s in suffixes), len(common)
+    ids_r = np.full((len(suffixes), width), pad_id, np.int64)
+    mask_r = np.zeros((len(suffixes), p + width), np.int64)
+    mask_r[:, :p] = 1
+    for i, s in enumerate(suffixes):
+        ids_r[i, : len(s)] = s
+        mask_r[i, p : p + len(s)] = 1
+    pos_r = np.broadcast_to(np.arange(p, p + width), ids_r.shape).copy()  # (B, T)
+    past_b = [np.repeat(t, len(suffixes), axis=0) for t in present]  # (B, kv, P, hd)
+    hidden, _ = ort.run(ids_r, mask_r, pos_r, past_b)
+    return np.stack([hidden[i, len(s) - 1] for i, s in enumerate(suffixes)])  # (B, H)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .ort_backbone import OrtBackbone, candidate_logits, left_padded, restricted_softmax
+from .ort_backbone import OrtBackbone, candidate_logits, left_padded, restricted_softmax, right_padded_suffixes
 from .tokenizer_files import TOKENIZER_FILE, candidate_ids, encode_prompt, render_chat
 
 TOLERANCES = {
@@ -197,19 +197,8 @@ def _check_cached_step(c: _Checks, k: int) -> dict[str, float]:
 def _check_right_padded_suffixes(c: _Checks) -> dict[str, float]:
     """Suffixes of lengths 1, 3, 5 on one shared past (prompt 0), right-padded in one batch, each
     row read at its own last real position."""
-    common, suffixes, pad_id = c.plan.prompts[0], c.plan.suffixes, c.plan.pad_id
-    _, present = c.ort.prefill(common)
-    width, p = max(len(s) for s in suffixes), len(common)
-    ids_r = np.full((len(suffixes), width), pad_id, np.int64)
-    mask_r = np.zeros((len(suffixes), p + width), np.int64)
-    mask_r[:, :p] = 1
-    for i, s in enumerate(suffixes):
-        ids_r[i, : len(s)] = s
-        mask_r[i, p : p + len(s)] = 1
-    pos_r = np.broadcast_to(np.arange(p, p + width), ids_r.shape).copy()  # (B, T)
-    past_b = [np.repeat(t, len(suffixes), axis=0) for t in present]  # (B, kv, P, hd)
-    hidden, _ = c.ort.run(ids_r, mask_r, pos_r, past_b)
-    last = np.stack([hidden[i, len(s) - 1] for i, s in enumerate(suffixes)]).astype(np.float64)  # (B, H)
+    common, suffixes = c.plan.prompts[0], c.plan.suffixes
+    last = right_padded_suffixes(c.ort, common, suffixes, c.plan.pad_id).astype(np.float64)  # (B, H)
     logits = c.readout(last)
     return _worst([c.errors(last[i], logits[i], common + s) for i, s in enumerate(suffixes)])
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ort_backbone import OrtBackbone, candidate_logits, left_padded, restricted_softmax
+from ..ort_backbone import OrtBackbone, candidate_logits, left_padded, restricted_softmax, right_padded_suffixes
 from ..selfcheck import CANDIDATE_TEXTS, QUESTIONS, SUFFIX_TEXTS, SYSTEM
 
 TOLERANCES = {"logits_rel": 1e-5, "prob_abs": 1e-5}
@@ -139,18 +139,7 @@ def run_adopt_check(out_dir: Path, onnx_file: str, architecture: dict[str, Any],
             rows.append(_errors(readout(hidden[0, -1:])[0], ref_last(ids)))
         results[f"cached_step_{k}"] = _worst(rows)
     common = prompts[0]
-    _, present = ort_b.prefill(common)
-    width, p = max(len(s) for s in suffixes), len(common)
-    ids_r = np.full((len(suffixes), width), plan["pad_id"], np.int64)
-    mask_r = np.zeros((len(suffixes), p + width), np.int64)
-    mask_r[:, :p] = 1
-    for i, s in enumerate(suffixes):
-        ids_r[i, : len(s)] = s
-        mask_r[i, p : p + len(s)] = 1
-    pos_r = np.broadcast_to(np.arange(p, p + width), ids_r.shape).copy()  # (B, T)
-    hidden, _ = ort_b.run(ids_r, mask_r, pos_r, [np.repeat(t, len(suffixes), axis=0) for t in present])
-    last = np.stack([hidden[i, len(s) - 1] for i, s in enumerate(suffixes)])  # (B, H)
-    logits = readout(last)
+    logits = readout(right_padded_suffixes(ort_b, common, suffixes, plan["pad_id"]))  # (B, K)
     results["right_padded_suffixes"] = _worst([_errors(logits[i], ref_last(common + s)) for i, s in enumerate(suffixes)])
     failures = [f"{name}: {key} {results[name][key]:.3g} > {TOLERANCES[key]:.3g}"
                 for name in CHECKS for key in TOLERANCES if not results[name][key] <= TOLERANCES[key]]

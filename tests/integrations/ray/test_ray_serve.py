@@ -128,7 +128,8 @@ def _replica_counters(url: str) -> dict[str, dict[str, float]]:
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+    metrics = httpx.get(url + "/metrics", headers={"authorization": f"Bearer {KEY}"})  # keyed counters need a key
+    for family in text_string_to_metric_families(metrics.text):
         name = family.name.removeprefix("typed_decisions_replica_")
         if family.name.startswith("typed_decisions_replica_"):
             for sample in family.samples:
