@@ -243,6 +243,24 @@ def test_injected_special_tokens_never_reach_the_prompt_as_special_ids(where):
     assert tok.special_ids & set(tok.encode_template(forged))  # the markers ARE special as template text
 
 
+def _read_response(sock: socket.socket) -> str:
+    """One whole HTTP response: the server may send its headers and its body in separate writes."""
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _content_length(data):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace")
+
+
+def _content_length(data: bytes) -> int:
+    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":", 1)[1])
+    return 0
+
+
 def test_slow_loris_body_is_408_and_does_not_hold_up_others(server):
     url, _ = server
     host, port = url.removeprefix("http://").split(":")
@@ -256,7 +274,7 @@ def test_slow_loris_body_is_408_and_does_not_hold_up_others(server):
             time.sleep(0.2)
             with contextlib.suppress(OSError):
                 loris.sendall(b" ")
-        reply = loris.recv(65536).decode(errors="replace")
+        reply = _read_response(loris)
         waited = time.monotonic() - t0
     assert reply.startswith("HTTP/1.1 408"), reply[:200]
     assert "--body-timeout-s" in reply and waited < 10

@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 
 import typed_decisions_export.quantize as qm
-from typed_decisions_export.int8_matmul import IntegerFormat, quantize_matmuls
+from typed_decisions_export.int8_matmul import EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat, quantize_matmuls
 
-FORMATS = {"a7w8": IntegerFormat(63, 127), "a8w7": IntegerFormat(127, 63),
-           "a8w8": IntegerFormat(127, 127)}  # a8w8: exact only where u8·s8 accumulates in int32 (VNNI/AMX)
+FORMATS = {"a7w8": IntegerFormat(63, 127), "a8w7": EXACT_EVERYWHERE_FORMAT,
+           "a8w8": TOKEN_FORMAT}  # a8w8's u8·s8 graph: exact only where u8·s8 accumulates in int32 (VNNI/AMX)
 from typed_decisions_export.ort_backbone import OrtBackbone
 from typed_decisions_export.tokenizer_files import candidate_ids, encode_prompt, render_chat
 

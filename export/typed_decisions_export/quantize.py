@@ -57,7 +57,8 @@ from typed_decisions.cpu import describe as cpu_describe
 from typed_decisions.quantized import EXACT_CLASSES, graph_file
 
 from .layout import INT8_ONNX_FILE, INT8_U8U8_ONNX_FILE, make_logger, prepare_out_dir
-from .int8_matmul import ACTIVATIONS, IntegerFormat, quantize_matmuls, read_weight, write_u8u8_graph
+from .int8_matmul import (ACTIVATIONS, EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat, quantize_matmuls,
+                          read_weight, write_u8u8_graph)
 from .manifest import LM_HEAD_FILE, MANIFEST_FILE, file_hashes, read_manifest, write_manifest
 from .ort_backbone import OrtBackbone, candidate_logits, restricted_softmax
 from .tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE, candidate_ids, encode_prompt, render_chat
@@ -85,7 +86,6 @@ CANDIDATE_TEXTS = ["A", "B", "C", "D", "E"]
 # SmoothQuant: the MatMul whose input is smoothed, and the one whose output columns absorb 1/s.
 SMOOTH_TARGET, SMOOTH_SOURCE = "down_proj", "up_proj"
 SMOOTH_DEFAULT: float | None = None  # alpha used when quantize_export is not told (None: down_proj float32)
-SMOOTH_ALPHA = 0.5  # the alpha `--smooth` suggests: the faster INT8 (docs/export.md has both measured)
 SMOOTH_KEEP_FLOAT_DEFAULT = 0  # with smoothing: down_proj MatMuls left float32, largest inputs first
 SMOOTH_NORMS_DEFAULT = False  # with smoothing: also smooth the inputs after each RMSNorm (q/k/v, gate/up)
 WEIGHT_BITS_DEFAULT = 8  # per-token weights: 127 levels (u8·u8 graph where u8·s8 saturates) rather than 63
@@ -494,7 +494,7 @@ class Int8Options:
 
     @property
     def integer_format(self) -> IntegerFormat:
-        return IntegerFormat(act_levels=127, weight_levels=(1 << (self.weight_bits - 1)) - 1)
+        return {8: TOKEN_FORMAT, 7: EXACT_EVERYWHERE_FORMAT}[self.weight_bits]
 
     def __post_init__(self) -> None:
         if self.smooth is not None and not 0.0 <= self.smooth <= 1.0:
