@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ray_label import default_model  # noqa: E402
+from ray_label import default_model
 
 KEY = "sk-bench"
 MODES = ("micro", "serve")

@@ -16,6 +16,11 @@ same replica (while the replica set is unchanged), so a state asked about again 
 that replica's cache. Without it Serve's default power-of-two-choices router spreads requests by
 queue length and a state's requests land on whichever replica is idle.
 
+``batching="serve"`` moves batching from the ingress to the replicas: the ingress routes each
+request alone (``create_app(dispatch=RemoteDecider.submit)``) and Ray's ``@serve.batch`` on
+``DeciderReplica.decide`` gathers what reaches a replica into one ``run_many``. The default stays
+``"micro"``: it was faster on every measured trial (``benchmarks/ray_serve_batching.py``, docs/ray.md).
+
 Each Decider replica reserves ``num_cpus_per_replica`` Ray CPUs and runs ONNX Runtime with exactly
 that many intra-op threads (Ray sets OMP_NUM_THREADS, which ONNX Runtime ignores). Its engine call
 runs in a worker thread, so the replica's event loop stays free. Every reply carries the replica's
