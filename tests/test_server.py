@@ -39,7 +39,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from typed_decisions.evaluation.presets import load_preset  # noqa: E402
 from typed_decisions.schema import json_sha256  # noqa: E402
 from typed_decisions.server import ServerSettings, create_app, load_api_keys  # noqa: E402
-from typed_decisions.server.batching import answer_each  # noqa: E402
+from typed_decisions.server.batching import Unbatched, answer_each  # noqa: E402
 
 RID = "x-typesafe-request-id"
 
@@ -278,6 +278,62 @@ def test_micro_batches_answer_as_one_by_one():
     assert max(fake.calls) > 1, fake.calls  # they were batched
     sequential = [FakeDecider().run(r).model_dump(mode="json") for r in requests]
     assert [r.json() for r in responses] == sequential
+
+
+def test_dispatch_hands_each_request_on_at_once_and_concurrently():
+    """``create_app(dispatch=...)`` (a decider that batches downstream, Ray Serve's @serve.batch):
+    no micro-batcher in front, every request reaches ``dispatch`` alone and while the others are
+    still waiting (they all wait on one barrier, so a serial path could not answer any of them),
+    and each answer is the decider's own one-by-one answer."""
+    fake = FakeDecider()
+    requests = [_request(f"state number {i}") for i in range(6)]
+    seen: list[str] = []
+    everyone = asyncio.Event()
+
+    async def dispatch(job):
+        seen.append(job.request.state)
+        if len(seen) == 1 + len(requests):  # the self-test, then every request
+            everyone.set()
+        if job.request.state != "The server is starting.":
+            await asyncio.wait_for(everyone.wait(), 30)
+        return fake.run_many([job.request])[0]
+
+    app = create_app(fake, settings=ServerSettings(max_batch=8, max_wait_ms=20), dispatch=dispatch)
+
+    async def scenario(client):
+        return await asyncio.gather(*(client.post("/v1/systemone", json=r) for r in requests))
+
+    responses = asyncio.run(_live(app, scenario))
+    assert [r.status_code for r in responses] == [200] * len(requests), [r.text for r in responses]
+    assert fake.calls == [1] * (1 + len(requests))  # one request per decider call, none batched here
+    assert [r.json() for r in responses] == [FakeDecider().run(r).model_dump(mode="json") for r in requests]
+
+
+def test_unbatched_refuses_beyond_its_queue_size_and_passes_errors_on():
+    from typed_decisions.errors import RateLimitedError
+
+    release = asyncio.Event()
+
+    async def run_one(x: int) -> float:
+        await release.wait()
+        return 1 / x
+
+    async def scenario():
+        u = Unbatched(run_one, queue_size=2)
+        a, b = asyncio.ensure_future(u.submit(1)), asyncio.ensure_future(u.submit(0))
+        await asyncio.sleep(0)
+        assert u.depth == 2
+        with pytest.raises(RateLimitedError) as e:
+            await u.submit(4)
+        release.set()
+        assert await a == 1.0
+        with pytest.raises(ZeroDivisionError):
+            await b
+        assert u.depth == 0
+        return e.value
+
+    refused = asyncio.run(scenario())
+    assert refused.limit == "queue_size" and "queue_size = 2" in str(refused)
 
 
 def test_a_bad_request_does_not_fail_its_batch_mates():

@@ -30,7 +30,7 @@ import logging
 import math
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from ..errors import (AuthenticationError, BadBodyError, BodyTooLargeError, Inva
 from ..evaluation.presets import list_presets, load_preset
 from ..explain import Explanation
 from ..schema import DecisionRequest, DecisionResponse
-from .service import PresetRequest, Service
+from .service import Job, PresetRequest, Service
 from .settings import ANONYMOUS_WARNING, ServerSettings
 
 log = logging.getLogger("typed_decisions.server")
@@ -279,12 +279,17 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
-def create_app(decider_or_factory: Any, *, settings: ServerSettings | None = None) -> FastAPI:
+def create_app(decider_or_factory: Any, *, settings: ServerSettings | None = None,
+               dispatch: Callable[[Job], Awaitable[Any]] | None = None) -> FastAPI:
     """The app for one model: a loaded ``Decider`` (or any object with ``name`` and ``run_many``),
-    or a zero-argument factory returning one (loaded in the background; /readyz says when)."""
+    or a zero-argument factory returning one (loaded in the background; /readyz says when).
+
+    ``dispatch``: for a decider that batches downstream (Ray Serve with ``@serve.batch``), a
+    coroutine answering one ``Job``; each request is handed to it at once instead of to the
+    micro-batcher (``batching.Unbatched``)."""
     from .. import __version__
 
-    service = Service(decider_or_factory, settings or ServerSettings())
+    service = Service(decider_or_factory, settings or ServerSettings(), dispatch=dispatch)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]

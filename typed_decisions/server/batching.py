@@ -21,7 +21,7 @@ import asyncio
 import collections
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
@@ -177,4 +177,54 @@ class MicroBatcher(Generic[In, Out]):
                     fut.set_result(result)
 
 
-__all__ = ["MicroBatcher", "answer_each"]
+class Unbatched(Generic[In, Out]):
+    """The batcher's place for a decider that batches downstream: each request goes at once to
+    ``run_one`` (a coroutine, awaited on the event loop), all of them concurrently.
+
+    Why: behind Ray Serve with ``batching="serve"`` the Decider replicas batch with Ray's
+    ``@serve.batch`` (``integrations/ray``); a second batcher in front would hold each request
+    ``max_wait_s`` and run one batch at a time, so the replicas would never see company. Same
+    interface as ``MicroBatcher`` (``submit``, ``depth``, ``retry_after_s``, ``start``, ``stop``);
+    ``queue_size`` bounds the requests waiting for their answer (429 beyond it).
+    """
+
+    def __init__(self, run_one: Callable[[In], Awaitable[Out]], *, queue_size: int = 64,
+                 on_drop: Callable[[], Any] | None = None):
+        self.run_one = run_one
+        self.queue_size = queue_size
+        self.on_drop = on_drop
+        self._waiting = 0
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting for their answer."""
+        return self._waiting
+
+    def retry_after_s(self) -> float:
+        return 0.05
+
+    def start(self) -> None:
+        """Nothing to start: there is no worker task."""
+
+    async def stop(self) -> None:
+        """Nothing to stop: each request's own task ends with it."""
+
+    async def submit(self, item: In) -> Out:
+        """Run one request now and wait for its answer (raises its error)."""
+        if self._waiting >= self.queue_size:
+            raise RateLimitedError(
+                f"too many requests waiting (queue_size = {self.queue_size}); retry after the "
+                "retry-after header, or run more replicas / raise --queue-size",
+                limit="queue_size", retry_after_s=self.retry_after_s())
+        self._waiting += 1
+        try:
+            return await self.run_one(item)
+        except asyncio.CancelledError:  # the client went away: its request is not answered
+            if self.on_drop is not None:
+                self.on_drop()
+            raise
+        finally:
+            self._waiting -= 1
+
+
+__all__ = ["MicroBatcher", "Unbatched", "answer_each"]

@@ -40,7 +40,7 @@ from ..errors import (AuthenticationError, InvalidRequestError, ModelNotFoundErr
                       TypedDecisionsError, UnavailableError, http_status)
 from ..evaluation.presets import prepare_preset
 from ..schema import DecisionRequest, DecisionResponse, json_sha256
-from .batching import MicroBatcher
+from .batching import MicroBatcher, Unbatched
 from .body import decode_body, read_body
 from .inputs import check_json, check_questions, parse_json, shown
 from .keys import find_key
@@ -112,13 +112,15 @@ class Handled:
 class Service:
     """The state one app holds: the decider (once loaded), the batcher, metrics, lifecycle flags."""
 
-    def __init__(self, decider_or_factory: Any, settings: ServerSettings):
+    def __init__(self, decider_or_factory: Any, settings: ServerSettings, *,
+                 dispatch: Callable[[Job], Awaitable[Any]] | None = None):
         self.settings = settings
+        self.dispatch = dispatch
         is_decider = hasattr(decider_or_factory, "run_many")
         self.decider: Any = decider_or_factory if is_decider else None
         self.factory: Callable[[], Any] | None = None if is_decider else decider_or_factory
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="typed-decisions-engine")
-        self.batcher: MicroBatcher[Job, Any] | None = None
+        self.batcher: MicroBatcher[Job, Any] | Unbatched[Job, Any] | None = None
         self.metrics = Metrics(
             queue_depth=lambda: self.batcher.depth if self.batcher else 0,
             in_flight=lambda: self.in_flight,
@@ -151,9 +153,13 @@ class Service:
             if self.decider is None:
                 self.decider = await loop.run_in_executor(self.executor, self.factory)
             s = self.settings
-            self.batcher = MicroBatcher(self.run_jobs, self.executor, max_batch=s.max_batch,
-                                        max_wait_s=s.max_wait_ms / 1000, queue_size=s.queue_size,
-                                        on_batch=self._on_batch, on_drop=self.metrics.dropped.inc)
+            if self.dispatch is not None:  # the decider batches downstream (Ray Serve's @serve.batch)
+                self.batcher = Unbatched(self.dispatch, queue_size=s.queue_size,
+                                         on_drop=self.metrics.dropped.inc)
+            else:
+                self.batcher = MicroBatcher(self.run_jobs, self.executor, max_batch=s.max_batch,
+                                            max_wait_s=s.max_wait_ms / 1000, queue_size=s.queue_size,
+                                            on_batch=self._on_batch, on_drop=self.metrics.dropped.inc)
             self.batcher.start()
             await self.batcher.submit(Job(parse_request({"model": self.decider.name, **SELF_TEST})))
         except Exception as e:  # noqa: BLE001 - reported by /readyz and the log

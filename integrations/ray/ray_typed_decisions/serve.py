@@ -16,6 +16,11 @@ same replica (while the replica set is unchanged), so a state asked about again 
 that replica's cache. Without it Serve's default power-of-two-choices router spreads requests by
 queue length and a state's requests land on whichever replica is idle.
 
+``batching="serve"`` moves batching from the ingress to the replicas: the ingress routes each
+request alone (``create_app(dispatch=RemoteDecider.submit)``) and Ray's ``@serve.batch`` on
+``DeciderReplica.decide`` gathers what reaches a replica into one ``run_many``. The default stays
+``"micro"``: it was faster on every measured trial (``benchmarks/ray_serve_batching.py``, docs/ray.md).
+
 Each Decider replica reserves ``num_cpus_per_replica`` Ray CPUs and runs ONNX Runtime with exactly
 that many intra-op threads (Ray sets OMP_NUM_THREADS, which ONNX Runtime ignores). Its engine call
 runs in a worker thread, so the replica's event loop stays free. Every reply carries the replica's
@@ -37,7 +42,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client.core import CounterMetricFamily
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -51,11 +56,14 @@ from typed_decisions.compiler import LabelMode
 from typed_decisions.engine import EngineStats
 from typed_decisions.schema import DecisionRequest, DecisionResponse, json_sha256
 from typed_decisions.server import ServerSettings, create_app
+from typed_decisions.server.batching import answer_each
+from typed_decisions.server.service import Job
 
 CONSISTENT_HASH_ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
 # A replica that died mid-request (killed, OOM, node lost): its requests are pure reads, so they
 # are sent again, to the replica that owns the key now; this many times, then the error stands.
 REPLICA_RETRIES = 2
+Batching = Literal["micro", "serve"]
 
 
 def routing_key(request: DecisionRequest) -> str:
@@ -77,31 +85,78 @@ def routing_key(request: DecisionRequest) -> str:
 
 @dataclass(frozen=True)
 class Reply:
-    """What a Decider replica answers: the results, and its engine counters after computing them."""
+    """What a Decider replica answers: the results, and its counters after computing them
+    (engine counters; ``batches`` / ``batched``: its ``run_many`` calls and the requests in them,
+    so that requests per engine call can be read from ``/metrics`` whichever side batches)."""
 
     results: list[Any]
     replica: str
     stats: EngineStats
+    batches: int = 0
+    batched: int = 0
 
 
 class DeciderReplica:
-    """One ``Decider`` per replica; ``run_many`` / ``explain`` run on a worker thread."""
+    """One ``Decider`` per replica; ``run_many`` / ``decide`` / ``explain`` run on a worker thread.
 
-    def __init__(self, model: str, threads: int, decider_kwargs: dict[str, Any]):
+    Two ways in, one per ``batching`` choice: ``run_many`` takes a batch the ingress's
+    micro-batcher made (one state's group of it); ``decide`` takes one request, and Ray's
+    ``@serve.batch`` gathers the requests that reach this replica together (up to
+    ``max_batch`` requests, or what arrived within ``max_wait_s`` of the first, the micro-batcher's
+    own settings) into ONE ``Decider.run_many``, whatever their states.
+    """
+
+    def __init__(self, model: str, threads: int, decider_kwargs: dict[str, Any],
+                 max_batch: int = 8, max_wait_s: float = 0.005):
         from typed_decisions.decider import Decider
 
         self.decider = Decider.load(model, threads=threads, **decider_kwargs)
         self.replica = serve.get_replica_context().replica_id.unique_id
+        self.batches = self.batched = 0
+        self._count = threading.Lock()
+        self.decide_batch.set_max_batch_size(max_batch)  # per replica process (Ray's documented way)
+        self.decide_batch.set_batch_wait_timeout_s(max_wait_s)
 
     def _reply(self, results: list[Any]) -> Reply:
-        return Reply(results, self.replica, dataclasses.replace(self.decider.engine.stats))
+        return Reply(results, self.replica, dataclasses.replace(self.decider.engine.stats),
+                     self.batches, self.batched)
+
+    def _run_many(self, requests: list[DecisionRequest], label_mode: LabelMode | None) -> list[Any]:
+        """``Decider.run_many`` on this thread, counted (one call, ``len(requests)`` requests)."""
+        kwargs = {} if label_mode is None else {"label_mode": label_mode}
+        out = self.decider.run_many(requests, **kwargs)
+        with self._count:
+            self.batches += 1
+            self.batched += len(requests)
+        return out
 
     def info(self) -> dict[str, Any]:
         return {"name": self.decider.name, "root": str(self.decider.artifacts.root)}
 
     async def run_many(self, requests: list[DecisionRequest], label_mode: LabelMode | None) -> Reply:
-        kwargs = {} if label_mode is None else {"label_mode": label_mode}
-        return self._reply(await asyncio.to_thread(self.decider.run_many, requests, **kwargs))
+        return self._reply(await asyncio.to_thread(self._run_many, requests, label_mode))
+
+    def _answer_batch(self, requests: list[DecisionRequest],
+                      label_modes: list[LabelMode | None]) -> list[Any]:
+        """One ``run_many`` per label mode present (one in all, usually); a request that fails
+        fails alone (``answer_each``): its slot holds its exception, its batch-mates their answers."""
+        out: list[Any] = [None] * len(requests)
+        for mode in dict.fromkeys(label_modes):
+            idx = [i for i, m in enumerate(label_modes) if m == mode]
+            results = answer_each(lambda rs, mode=mode: self._run_many(rs, mode), [requests[i] for i in idx])
+            for i, result in zip(idx, results):
+                out[i] = result
+        return out
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)  # set from the settings in __init__
+    async def decide_batch(self, requests: list[DecisionRequest],
+                           label_modes: list[LabelMode | None]) -> list[Reply]:
+        results = await asyncio.to_thread(self._answer_batch, requests, label_modes)
+        return [self._reply([r]) for r in results]
+
+    async def decide(self, request: DecisionRequest, label_mode: LabelMode | None) -> Reply:
+        """One request, answered in a ``@serve.batch`` batch with the others waiting here."""
+        return await self.decide_batch(request, label_mode)
 
     async def explain(self, request: DecisionRequest, label_mode: LabelMode | None) -> Reply:
         kwargs = {} if label_mode is None else {"label_mode": label_mode}
@@ -122,6 +177,7 @@ class _ClusterEngine:
 
     def __init__(self) -> None:
         self.replicas: dict[str, EngineStats] = {}
+        self.batches: dict[str, tuple[int, int]] = {}  # replica: (run_many calls, requests in them)
         self._lock = threading.Lock()
 
     def record(self, reply: Reply) -> None:
@@ -129,6 +185,8 @@ class _ClusterEngine:
             old = self.replicas.get(reply.replica)
             if old is None or reply.stats.calls >= old.calls:
                 self.replicas[reply.replica] = reply.stats
+            if reply.batches >= self.batches.get(reply.replica, (0, 0))[0]:
+                self.batches[reply.replica] = (reply.batches, reply.batched)
 
     @property
     def stats(self) -> EngineStats:
@@ -163,6 +221,16 @@ class ReplicaMetrics:
                                          labels=["replica"])
             for replica, stats in sorted(snapshots.items()):
                 family.add_metric([replica], float(getattr(stats, attr)))
+            yield family
+        with self.engine._lock:
+            batches = dict(self.engine.batches)
+        for i, (name, doc) in enumerate((("run_many_calls", "Decider.run_many calls"),
+                                         ("run_many_requests", "Requests in those calls"))):
+            family = CounterMetricFamily(f"typed_decisions_replica_{name}",
+                                         f"{doc}, per Decider replica (their ratio: the mean batch)",
+                                         labels=["replica"])
+            for replica, counts in sorted(batches.items()):
+                family.add_metric([replica], float(counts[i]))
             yield family
 
 
@@ -216,19 +284,42 @@ class RemoteDecider:
         return self._result(self._call("explain", key, request, label_mode), "explain", key,
                             request, label_mode)[0]
 
+    async def submit(self, job: Job) -> Any:
+        """``batching="serve"``: one job straight to its replica's ``decide`` (``@serve.batch``
+        batches there), awaited on the event loop; the server's ``Unbatched`` calls this."""
+        key = routing_key(job.request)
+        method = "explain" if job.explain else "decide"
+        for attempt in range(REPLICA_RETRIES + 1):
+            try:
+                reply: Reply = await self._call(method, key, job.request, job.label_mode)
+                break
+            except RayTaskError as e:
+                raise _unwrap(e) from None
+            except RayActorError:  # the replica is gone: again, to the key's replica now
+                if attempt == REPLICA_RETRIES:
+                    raise
+        self.engine.record(reply)
+        (result,) = reply.results
+        if isinstance(result, BaseException):  # this request's own error (its batch-mates' are fine)
+            raise result
+        return result
+
 
 class IngressReplica:
     """Holds the Decider handle; ``__serve_build_asgi_app__`` builds the server's app around it."""
 
-    def __init__(self, decider: DeploymentHandle, settings: dict[str, Any], affinity: bool):
+    def __init__(self, decider: DeploymentHandle, settings: dict[str, Any], affinity: bool,
+                 batching: Batching = "micro"):
         self._handle = decider
         self._settings = ServerSettings.model_validate(settings)
         self._affinity = affinity
+        self._batching = batching
 
     async def __serve_build_asgi_app__(self) -> Any:
         info = await self._handle.info.remote()
         remote = RemoteDecider(self._handle, info, affinity=self._affinity)
-        app = create_app(remote, settings=self._settings)
+        app = create_app(remote, settings=self._settings,
+                         dispatch=remote.submit if self._batching == "serve" else None)
         app.state.service.metrics.registry.register(ReplicaMetrics(remote.engine))
         return app
 
@@ -250,6 +341,10 @@ class RayServeOptions(BaseModel):
     num_cpus_per_replica: float = Field(1.0, ge=1.0, description=(
         "Ray CPUs each Decider replica reserves; ONNX Runtime uses floor(this) intra-op threads"))
     affinity: bool = Field(True, description="route by state with Ray's ConsistentHashRouter")
+    batching: Batching = Field("micro", description=(
+        "'micro': the server's micro-batcher in the ingress (batches split by state before "
+        "routing); 'serve': Ray Serve's @serve.batch in each Decider replica (every request routed "
+        "alone, batched where it lands); both with settings.max_batch / settings.max_wait_ms"))
     num_fallback_replicas: int = Field(1, ge=0, description=(
         "replicas tried after a state's own one when it is full (0: strict affinity)"))
     max_ongoing_requests: int | None = Field(None, ge=1, description=(
@@ -295,12 +390,13 @@ def build_app(model: str | os.PathLike[str], **options: Any) -> Application:
         name="Decider", ray_actor_options={"num_cpus": opts.num_cpus_per_replica},
         max_ongoing_requests=opts.max_ongoing_requests or settings.max_batch,
         request_router_config=router, **scaling,
-    ).bind(resolve_model(opts.model), opts.threads, decider_kwargs)
+    ).bind(resolve_model(opts.model), opts.threads, decider_kwargs, settings.max_batch,
+           settings.max_wait_ms / 1000)
     ingress = serve.deployment(serve.ingress()(IngressReplica)).options(
         name="Ingress", ray_actor_options={"num_cpus": opts.ingress_num_cpus},
         max_ongoing_requests=settings.queue_size + settings.max_batch,
     )
-    return ingress.bind(decider, settings.model_dump(mode="json"), opts.affinity)
+    return ingress.bind(decider, settings.model_dump(mode="json"), opts.affinity, opts.batching)
 
 
 def resolve_model(model: str) -> str:

@@ -17,6 +17,7 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -260,3 +261,43 @@ def test_affinity_keeps_each_state_on_one_replica_and_default_router_does_not(ap
     record_property("affinity", affinity)
     record_property("default_router", default)
     print(f"\naffinity: {affinity}\ndefault router: {default}")
+
+
+# --------------------------------------------------------------------------- batching
+
+
+def _batch_counters(url: str) -> tuple[float, float]:
+    """(Decider.run_many calls, requests in them), summed over the replicas, from /metrics."""
+    counters = _replica_counters(url)
+    return (sum(c.get("run_many_calls", 0.0) for c in counters.values()),
+            sum(c.get("run_many_requests", 0.0) for c in counters.values()))
+
+
+@pytest.mark.parametrize("batching", ["micro", "serve"])
+def test_both_batching_paths_batch_and_equal_decider_run(apps, tiny_decider, batching):
+    """16 concurrent requests about one state (one replica owns it), 4 different questions: every
+    answer equals ``Decider.run`` within 1e-5, every request is counted once in a ``run_many``, and
+    fewer calls than requests ran (a batch of more than one formed): in the ingress's micro-batcher
+    (``micro``) or in the replica's ``@serve.batch`` (``serve``)."""
+    url = apps.ensure(num_replicas=2, affinity=True, batching=batching)
+    state = _state(77)
+    bodies = [{"model": tiny_decider.name, "state": state, "questions": QUESTIONS[i % 4]} for i in range(16)]
+    want = [tiny_decider.run(b).model_dump(mode="json")["answers"] for b in bodies]
+    calls0, requests0 = _batch_counters(url)
+    with httpx.Client(headers={"authorization": f"Bearer {KEY}"}, timeout=60) as client:
+        barrier = threading.Barrier(len(bodies))
+
+        def post(body: dict[str, Any]) -> httpx.Response:
+            barrier.wait()
+            return client.post(url + "/v1/systemone", json=body)
+
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            replies = list(pool.map(post, bodies))
+    calls1, requests1 = _batch_counters(url)
+    for r, w in zip(replies, want):
+        assert r.status_code == 200, r.text
+        got = r.json()["answers"]
+        for name, probs in _probabilities(w).items():
+            assert _probabilities(got)[name] == pytest.approx(probs, abs=1e-5), (batching, name)
+    assert requests1 - requests0 == len(bodies)
+    assert calls1 - calls0 < len(bodies), f"{batching}: no batch of more than one request formed"
