@@ -97,6 +97,11 @@ def main_eval(argv: list[str]) -> int:
     p.add_argument("--calibration", type=Path, default=None, help="also report metrics after this calibration file")
     p.add_argument("--permutations", type=int, default=0, metavar="K",
                    help="re-ask each row under K option orders (choice questions): flip rate, TV")
+    p.add_argument("--debias", choices=["none", "rotate"], default="none",
+                   help="'rotate': each row's answer is the mean over rotations of the option order")
+    p.add_argument("--label-mass", action="store_true",
+                   help="read each row's label mass (one full-vocabulary product per row): items carry it, "
+                        "and the report compares abstaining by it with abstaining by max p")
     p.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     p.add_argument("--plot", type=Path, default=None, help="write a reliability diagram (PNG; needs matplotlib)")
     p.add_argument("--free-text", action="store_true",
@@ -120,7 +125,8 @@ def main_eval(argv: list[str]) -> int:
     decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels)
     meta["command"] = "typed-decisions eval " + " ".join(argv)
     report = evaluate(decider, spec, rows, label_mode=args.labels, calibration=cal,
-                      permutations=args.permutations, n_bins=args.bins, progress=not args.quiet, meta=meta)
+                      permutations=args.permutations, n_bins=args.bins, progress=not args.quiet, meta=meta,
+                      debias=args.debias, label_mass=args.label_mass)
     _print_summary(report)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
