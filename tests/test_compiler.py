@@ -267,3 +267,25 @@ def test_debias_field_is_validated():
     with pytest.raises(InvalidRequestError, match="include"):
         parse_request({"model": "m", "state": "s", "include": ["logits"],
                        "questions": {"u": {"type": "noul", "instructions": "?"}}})
+
+
+def test_default_wording_is_the_old_prompt_and_others_change_only_fixed_text(parts):
+    tok, template, comp = parts
+    from typed_decisions.wording import WORDINGS
+
+    base = comp.compile(request(**THREE), label_mode="letters")
+    assert Compiler(tok, template, wording="default").compile(request(**THREE), label_mode="letters") == base
+    for name, w in WORDINGS.items():
+        other = Compiler(tok, template, wording=name).compile(request(**THREE), label_mode="letters")
+        prefix = tok.decode(list(other.prefix_ids))
+        assert w.system_prompt in prefix and "I was charged twice." in prefix
+        team, urgent, _ = other.questions
+        assert team.question_text.endswith(w.letters_answer) and urgent.question_text.endswith(w.noul_answer)
+        assert "A. billing: Payments\nB. technical\nC. sales: Deals" in team.question_text
+        assert [q.labels for q in other.questions] == [q.labels for q in base.questions]
+
+
+def test_unknown_wording_is_refused(parts):
+    tok, template, _ = parts
+    with pytest.raises(ValueError, match="unknown wording 'shouty'; known: default"):
+        Compiler(tok, template, wording="shouty")

@@ -5,8 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from typed_decisions.debias import (MAX_ROTATIONS, average, flip_rate, question_orders, rotated_order,
-                                    rotation_shifts, to_original)
+from typed_decisions.debias import (
+    MAX_ROTATIONS,
+    average,
+    flip_rate,
+    question_orders,
+    rotated_order,
+    rotation_shifts,
+    to_original,
+)
 
 
 @pytest.mark.parametrize("n", range(1, 40))

@@ -281,3 +281,4 @@ def test_streaming_logsumexp_is_stable_and_order_free():
         streaming_logsumexp([[np.nan]])
     with pytest.raises(ValueError):
         label_mass([0.0], float("inf"))
+

@@ -121,5 +121,14 @@ def flip_rate(dists: Sequence[ArrayLike]) -> float:
     return float(np.mean([int(np.argmax(as_probabilities(p))) != first for p in dists[1:]]))
 
 
-__all__ = ["DEBIAS_MODES", "Debias", "MAX_ROTATIONS", "average", "flip_rate", "question_orders",
-           "rotated_order", "rotation_shifts", "to_original"]
+__all__ = [
+    "DEBIAS_MODES",
+    "MAX_ROTATIONS",
+    "Debias",
+    "average",
+    "flip_rate",
+    "question_orders",
+    "rotated_order",
+    "rotation_shifts",
+    "to_original",
+]

@@ -238,6 +238,8 @@ class Decider:
         debias: ``"none"`` (default) or ``"rotate"``: the default for requests without a
             ``debias`` field (``debias.py``: each choice question asked under up to
             ``max_rotations`` cyclic rotations of its options, score levels both ways, averaged).
+        wording: a name of ``wording.WORDINGS``: the system prompt and the question block's fixed
+            sentences (default ``"default"``, the wording the runtime has always used).
     """
 
     def __init__(self, artifacts: Artifacts, *, label_mode: LabelMode = "auto",
@@ -246,7 +248,7 @@ class Decider:
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
                  max_tokens: int | None = None, max_batch_rows: int | None = None,
                  max_call_kv_bytes: int = 4 << 30, cpu_check: bool = True,
-                 debias: Debias = "none", max_rotations: int = MAX_ROTATIONS):
+                 debias: Debias = "none", max_rotations: int = MAX_ROTATIONS, wording: str = "default"):
         if debias not in debiasing.DEBIAS_MODES:
             raise ValueError(f"debias must be one of {', '.join(debiasing.DEBIAS_MODES)}, got {debias!r}")
         debiasing.rotation_shifts(1, max_rotations)  # validates max_rotations >= 1
@@ -258,7 +260,8 @@ class Decider:
         self.tokenizer = TextTokenizer(artifacts.tokenizer_path, artifacts.tokenizer_info)
         self.template = ChatTemplate(artifacts.chat_template, self.tokenizer)
         limit = max_tokens or artifacts.architecture.max_position_embeddings
-        self.compiler = Compiler(self.tokenizer, self.template, max_tokens=limit, max_rotations=max_rotations)
+        self.compiler = Compiler(self.tokenizer, self.template, max_tokens=limit, max_rotations=max_rotations,
+                                 wording=wording)
         self.engine = Engine(artifacts, threads=threads, providers=providers, cache_bytes=cache_bytes,
                              max_batch_rows=max_batch_rows, max_call_kv_bytes=max_call_kv_bytes,
                              cpu_check=cpu_check)
