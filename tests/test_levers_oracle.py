@@ -113,3 +113,16 @@ def test_server_passes_debias_and_include_through(tiny_decider):
     for o, p in want["answers"]["team"]["probabilities"].items():
         assert got["probabilities"][o] == pytest.approx(p, abs=1e-6)
     assert bad.status_code == 422 and "debias" in json.dumps(bad.json())
+
+
+def test_full_logsumexp_gemv_equals_the_float64_product(tiny_decider):
+    """The default float32 GEMV and ``exact=True`` agree with a numpy float64 full logsumexp."""
+    eng = tiny_decider.engine
+    comp = tiny_decider.compiler.compile(parse_request({"model": "m", "state": STATES[0], "questions": {"team": TEAM}}))
+    hiddens: list[np.ndarray] = []
+    eng.next_token_logits([comp.prefix_ids + comp.questions[0].suffix_ids], [[1, 2]], hidden_out=hiddens)
+    z = np.asarray(eng.lm_head, dtype=np.float64) @ hiddens[0].astype(np.float64) * eng.logit_scale
+    want = float(z.max() + np.log(np.exp(z - z.max()).sum()))
+    assert eng.full_logsumexp(hiddens[0], exact=True) == pytest.approx(want, abs=1e-10)
+    assert eng.full_logsumexp(hiddens[0], exact=True, chunk_rows=1000) == pytest.approx(want, abs=1e-10)
+    assert eng.full_logsumexp(hiddens[0]) == pytest.approx(want, abs=1e-5)
