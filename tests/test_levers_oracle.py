@@ -18,6 +18,7 @@ from test_engine_oracle import oracle_option_probs, torch_next_token_probs
 
 from typed_decisions.debias import question_orders
 from typed_decisions.decider import parse_request
+from typed_decisions.explain import render_text
 
 pytestmark = pytest.mark.model
 
@@ -64,6 +65,8 @@ def test_rotate_is_the_mean_of_the_rotated_requests(tiny_decider, mode):
     flips = np.mean([np.argmax(p) != np.argmax(dists[0]) for p in dists[1:]])
     assert d.flip_rate == pytest.approx(flips)
     np.testing.assert_allclose(list(e.answers["team"].probabilities.values()), got, atol=1e-12)
+    text = render_text(e)
+    assert f"debias rotate: 4 orders, flip rate {d.flip_rate:.2f}" in text and "label mass: " in text
 
 
 def test_label_mass_equals_the_full_softmax(tiny_decider, tiny_torch):
