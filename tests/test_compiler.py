@@ -9,7 +9,11 @@ import td_tokenizer
 
 from typed_decisions.compiler import Compiler
 from typed_decisions.decider import parse_request
-from typed_decisions.errors import ContextTooLongError, TokenizerBoundaryError
+from typed_decisions.errors import (
+    ContextTooLongError,
+    InvalidRequestError,
+    TokenizerBoundaryError,
+)
 from typed_decisions.labels import build_label_paths
 from typed_decisions.tokenization import ChatTemplate
 
@@ -188,3 +192,100 @@ def test_plain_template_for_base_models(parts):
     assert full.endswith("Answer:")
     texts = c.questions[0].label_paths.texts
     assert " yes" in texts and " no" in texts
+
+
+# --- mixture labels and rotated orders (issue #14) -------------------------------------------------
+
+
+def test_mixture_lists_options_once_and_reads_letter_and_name(parts):
+    tok, _, comp = parts
+    c = comp.compile(request(team=THREE["team"]), label_mode="mixture")
+    q = c.questions[0]
+    assert q.label_mode == "mixture" and q.labels == ("A", "B", "C")
+    assert "A. billing: Payments\nB. technical\nC. sales: Deals" in q.question_text
+    texts = dict(zip(q.label_paths.texts, q.label_paths.owners))
+    for i, (letter, name) in enumerate([("A", "billing"), ("B", "technical"), ("C", "sales")]):
+        assert texts[letter] == i and texts[name] == i and texts[name.capitalize()] == i
+    for p, t in zip(q.label_paths.paths, q.label_paths.texts):  # each path is its text at the boundary
+        assert tok.decode(list(p)).removesuffix(tok.eos_token or "") == t
+    assert len(set(q.label_paths.paths)) == len(q.label_paths.paths)
+
+
+def test_mixture_drops_a_variant_two_options_claim_at_the_same_rank(parts):
+    _, _, comp = parts
+    c = comp.compile(request(t={"type": "choice", "criteria": {"Apple": None, "APPLE": None}}), label_mode="mixture")
+    lp = c.questions[0].label_paths
+    texts = dict(zip(lp.texts, lp.owners))
+    assert texts["Apple"] == 0 and texts["APPLE"] == 1
+    assert "apple" not in texts  # the lower-case form of both: read for neither
+    reasons = {(d.option, d.text): d.reason for d in lp.dropped}
+    assert "option 'APPLE'" in reasons[(0, "apple")] and "option 'Apple'" in reasons[(1, "apple")]
+
+
+def test_mixture_refuses_an_option_named_like_another_options_letter(parts):
+    _, _, comp = parts
+    with pytest.raises(InvalidRequestError, match="'B'.*letter of option 'x'") as e:
+        comp.compile(request(t={"type": "choice", "criteria": {"B": None, "x": None}}), label_mode="mixture")
+    assert e.value.loc == ("questions", "t", "criteria")
+    c = comp.compile(request(t={"type": "choice", "criteria": {"A": None, "x": None}}), label_mode="mixture")
+    assert c.questions[0].labels == ("A", "B")  # named like its own letter: one reading, fine
+
+
+def test_rotations_share_the_prefix_and_map_labels_to_the_listed_options(parts):
+    _, _, comp = parts
+    r = parse_request({"model": "m", "state": "I was charged twice.", "debias": "rotate",
+                       "questions": {"team": THREE["team"], "urgent": THREE["urgent"], "sev": THREE["sev"]}})
+    c = comp.compile(r, label_mode="letters")
+    team, urgent, sev = c.rotations
+    assert [q.order for q in team] == [(1, 2, 0), (2, 0, 1)] and urgent == ()
+    assert [q.order for q in sev] == [(2, 1, 0)]
+    assert "Levels (highest first):\nA. high\nB. medium\nC. low" in sev[0].question_text
+    # shown second at position A: 'technical' gets the label A; options stay in the listed order
+    assert team[0].options == ("billing", "technical", "sales") and team[0].labels == ("C", "A", "B")
+    # the same prompt as a request that lists the options in that order
+    reordered = comp.compile(request(team={**THREE["team"], "criteria": {
+        k: THREE["team"]["criteria"][k] for k in ("technical", "sales", "billing")}}), label_mode="letters")
+    assert reordered.questions[0].suffix_ids == team[0].suffix_ids
+    plain = comp.compile(request(**THREE), label_mode="letters")
+    assert c.prefix_ids == plain.prefix_ids
+    assert c.logical_tokens == plain.logical_tokens + sum(len(c.prefix_ids) + len(q.suffix_ids) for q in team + sev)
+
+
+def test_rotations_are_capped_and_evenly_spaced(parts):
+    _, template, comp = parts
+    capped = Compiler(comp.tok, template, max_rotations=4)
+    r = parse_request({"model": "m", "state": "s", "debias": "rotate",
+                       "questions": {"t": {"type": "choice", "criteria": {f"o{i}": None for i in range(10)}}}})
+    (rots,) = capped.compile(r).rotations
+    assert [q.order[0] for q in rots] == [2, 5, 7]  # shifts ⌊j·10/4⌋, j = 1..3
+
+
+def test_debias_field_is_validated():
+    with pytest.raises(InvalidRequestError, match="debias"):
+        parse_request({"model": "m", "state": "s", "debias": "shuffle",
+                       "questions": {"u": {"type": "noul", "instructions": "?"}}})
+    with pytest.raises(InvalidRequestError, match="include"):
+        parse_request({"model": "m", "state": "s", "include": ["logits"],
+                       "questions": {"u": {"type": "noul", "instructions": "?"}}})
+
+
+def test_default_wording_is_the_old_prompt_and_others_change_only_fixed_text(parts):
+    tok, template, comp = parts
+    from typed_decisions.wording import WORDINGS
+
+    base = comp.compile(request(**THREE), label_mode="letters")
+    assert Compiler(tok, template, wording="default").compile(request(**THREE), label_mode="letters") == base
+    for name, w in WORDINGS.items():
+        other = Compiler(tok, template, wording=name).compile(request(**THREE), label_mode="letters")
+        prefix = tok.decode(list(other.prefix_ids))
+        assert w.system_prompt in prefix and "I was charged twice." in prefix
+        team, urgent, _ = other.questions
+        assert team.question_text.endswith(w.letters_answer) and urgent.question_text.endswith(w.noul_answer)
+        assert "A. billing: Payments\nB. technical\nC. sales: Deals" in team.question_text
+        assert [q.labels for q in other.questions] == [q.labels for q in base.questions]
+
+
+def test_unknown_wording_is_refused(parts):
+    tok, template, _ = parts
+    with pytest.raises(ValueError, match="unknown wording 'shouty'; known: default"):
+        Compiler(tok, template, wording="shouty")

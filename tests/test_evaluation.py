@@ -181,3 +181,43 @@ def test_calibrate_cli_writes_a_file_the_decider_applies(tiny_model_dir, tiny_de
 def test_evaluate_refuses_empty_rows(tiny_decider):
     with pytest.raises(Exception, match="no rows"):
         evaluate(tiny_decider, QuestionSpec.model_validate(SPEC), [])
+
+
+def test_eval_label_mass_rows_and_coverage(tiny_model_dir, tiny_decider, tmp_path):
+    """``eval --label-mass --debias rotate --labels mixture``: every item carries the mass the
+    Decider reads for that row, and the coverage tables are those of metrics.coverage_accuracy."""
+    from typed_decisions.cli import main
+    from typed_decisions.evaluation.metrics import coverage_accuracy
+
+    data, spec, out = tmp_path / "tickets.jsonl", tmp_path / "spec.json", tmp_path / "report.json"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    spec.write_text(json.dumps(SPEC))
+    assert main(["eval", "--model", str(tiny_model_dir), "--data", str(data), "--spec", str(spec), "--split", "all",
+                 "--threads", "2", "--labels", "mixture", "--debias", "rotate", "--label-mass",
+                 "--out", str(out), "-q"]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["debias"] == "rotate" and rep["labels"] == "mixture"
+    q = QuestionSpec.model_validate(SPEC)
+    row = q.request(tiny_decider.name, ROWS[1]["text"])
+    read = tiny_decider.readouts({**row, "debias": "rotate"}, label_mode="mixture", label_mass=True)["team"]
+    item = next(i for i in rep["items"] if i["gold"] == 1 and np.allclose(i["probabilities"], read.probabilities(),
+                                                                          atol=1e-6))
+    assert item["label_mass"] == pytest.approx(read.mean_label_mass(), rel=1e-9)
+    assert len(read.rotations) == 1  # two options: two orders
+    masses = [i["label_mass"] for i in rep["items"]]
+    hits = [float(np.argmax(i["probabilities"]) == i["gold"]) for i in rep["items"]]
+    assert rep["label_mass"]["by_label_mass"] == coverage_accuracy(masses, hits)
+    assert rep["label_mass"]["mean"] == pytest.approx(np.mean(masses))
+
+
+def test_coverage_accuracy_hand_values_and_ties():
+    from typed_decisions.evaluation.metrics import coverage_accuracy
+
+    # scores 0.9 > 0.7 > 0.5 = 0.5: coverage 0.75 keeps rows 0, 3 and the first of the tie (row 1)
+    rows = coverage_accuracy([0.9, 0.5, 0.5, 0.7], [1, 0, 1, 1], [1.0, 0.75, 0.25])
+    assert rows == [{"coverage": 1.0, "n": 4, "accuracy": 0.75}, {"coverage": 0.75, "n": 3, "accuracy": 2 / 3},
+                    {"coverage": 0.25, "n": 1, "accuracy": 1.0}]
+    with pytest.raises(ValueError):
+        coverage_accuracy([0.5], [1, 0])
+    with pytest.raises(ValueError):
+        coverage_accuracy([0.5], [1], [0.0])

@@ -86,3 +86,15 @@ def test_eval_on_a_preset_records_its_version(tiny_model_dir, tmp_path):
     rep = json.loads(out.read_text())
     assert rep["preset"] == {"name": "sentiment-score", "version": 1}
     assert rep["question"]["type"] == "score" and rep["n"] == 2 and "mae" in rep["metrics"]
+
+
+def test_preset_debias_param_goes_into_the_request():
+    from typed_decisions.errors import InvalidRequestError
+    from typed_decisions.evaluation.presets import list_presets, prepare_preset
+
+    name = list_presets()[0]
+    call = prepare_preset("m", name, "some state", {"debias": "rotate"})
+    assert call.request["debias"] == "rotate"
+    assert "debias" not in prepare_preset("m", name, "some state").request
+    with pytest.raises(InvalidRequestError, match="params.debias"):
+        prepare_preset("m", name, "s", {"debias": "both"})

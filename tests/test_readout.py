@@ -7,12 +7,14 @@ import pytest
 
 from typed_decisions.readout import (
     LabelTrie,
+    label_mass,
     log_restricted_softmax,
     option_probabilities,
     path_log_probabilities,
     path_probabilities,
     readout_count,
     restricted_softmax,
+    streaming_logsumexp,
 )
 
 # -----------------------------------------------------------------------------
@@ -234,3 +236,49 @@ def test_shape_and_owner_errors():
         path_probabilities(t, {(): [0.0, 1.0, 2.0]})
     with pytest.raises(ValueError, match="n_options=1"):
         option_probabilities(t, {(): [0.0, 1.0]}, 1)
+
+
+# --- verbalizer mixture and label mass (issue #14) ------------------------------------------------
+
+
+def test_mixture_sums_every_verbalizer_of_an_option():
+    """Letter and name readouts of one option add up: P(o) ∝ Σ_v P(v), by hand on a made-up trie.
+
+    Option 0: letter [10], name [20, 21], " name" [22]; option 1: letter [11], name [20, 23]
+    (two names sharing a first token)."""
+    paths = [[10], [11], [20, 21], [20, 23], [22]]
+    owners = [0, 1, 0, 1, 0]
+    trie = LabelTrie.build(paths, owners)
+    root = np.array([1.0, 0.5, 2.0, -1.0])  # children (10, 11, 20, 22)
+    node20 = np.array([0.3, -0.2])           # children (21, 23)
+    e = np.exp(root) / np.exp(root).sum()
+    f = np.exp(node20) / np.exp(node20).sum()
+    want = np.array([e[0] + e[2] * f[0] + e[3], e[1] + e[2] * f[1]])
+    got = option_probabilities(trie, {(): root, (20,): node20}, n_options=2)
+    np.testing.assert_allclose(got, want / want.sum(), rtol=1e-12)
+    assert abs(want.sum() - 1) < 1e-12  # prefix-free: the verbalizers' probabilities sum to 1
+
+
+def test_label_mass_equals_the_full_softmax_share():
+    rng = np.random.default_rng(1)
+    z = rng.normal(0, 4, size=5000)  # a full "vocabulary"
+    allowed = [3, 17, 4999]
+    full = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    lse = streaming_logsumexp(np.array_split(z, 7))
+    assert lse == pytest.approx(z.max() + np.log(np.exp(z - z.max()).sum()), abs=1e-12)
+    assert label_mass(z[allowed], lse) == pytest.approx(full[allowed].sum(), rel=1e-12)
+    assert label_mass(z, lse) == pytest.approx(1.0, abs=1e-12)  # every token allowed
+
+
+def test_streaming_logsumexp_is_stable_and_order_free():
+    z = np.array([1e300, -1e300, 0.0, 1e300])
+    for chunks in ([z], [z[:1], z[1:]], [z[2:], z[:2]]):
+        assert streaming_logsumexp(chunks) == pytest.approx(1e300 + np.log(2.0))
+    assert streaming_logsumexp([[-np.inf, 0.0]]) == 0.0
+    with pytest.raises(ValueError):
+        streaming_logsumexp([])
+    with pytest.raises(ValueError):
+        streaming_logsumexp([[np.nan]])
+    with pytest.raises(ValueError):
+        label_mass([0.0], float("inf"))
+

@@ -86,6 +86,7 @@ def load_decider(model: str, *, export_if_missing: bool = False, quiet: bool = F
 
 def _decide_parser() -> argparse.ArgumentParser:
     from .compiler import LABEL_MODES
+    from .wording import WORDINGS
 
     p = argparse.ArgumentParser(prog="typed-decisions decide",
                                 description="Answer a System One request with an exported model.")
@@ -96,7 +97,13 @@ def _decide_parser() -> argparse.ArgumentParser:
     p.add_argument("--export-if-missing", action="store_true",
                    help="export a catalogue model first if its export is not in the cache (needs the export step)")
     p.add_argument("--labels", choices=LABEL_MODES, default="auto",
-                   help="label mode (default 'auto': names for choice, letters for score)")
+                   help="label mode (default 'auto': names for choice, letters for score; 'mixture': "
+                        "letter and name read together)")
+    p.add_argument("--debias", choices=["none", "rotate"], default="none",
+                   help="default for requests without a 'debias' field: 'rotate' averages the answer over "
+                        "rotations of the option order (default none)")
+    p.add_argument("--wording", choices=list(WORDINGS), default="default",
+                   help="system prompt and question-block sentences by name (typed_decisions/wording.py)")
     p.add_argument("--confidence", choices=["typesafe", "bonsai", "entropy"], default="typesafe")
     p.add_argument("--calibration", type=Path, default=None, help="calibration file to apply")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads (default: the cores this process may use)")
@@ -124,7 +131,8 @@ def _cmd_decide(argv: list[str]) -> int:
                                       "to a catalogue name or export directory", ("model",))
     decider = load_decider(model, export_if_missing=args.export_if_missing, quiet=args.quiet,
                            threads=args.threads, confidence=args.confidence,
-                           calibration=args.calibration, label_mode=args.labels)
+                           calibration=args.calibration, label_mode=args.labels, debias=args.debias,
+                           wording=args.wording)
     if args.explain:
         from .explain import render_text
 

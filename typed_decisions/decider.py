@@ -23,16 +23,19 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from . import debias as debiasing
 from . import reducers
 from .artifacts import Artifacts, load_artifacts
 from .calibration import CalibrationFile, calibrate
 from .compiler import CompiledQuestion, CompiledRequest, Compiler, LabelMode
+from .debias import MAX_ROTATIONS, Debias
 from .engine import Engine
-from .explain import (CONFIDENCE_MEANING, Explanation, LabelPath, LabelToken, OptionExplanation,
-                      QuestionExplanation, TokenAccount, TrieNode)
+from .explain import (CONFIDENCE_MEANING, DebiasExplanation, DroppedText, Explanation, LabelPath, LabelToken,
+                      OptionExplanation, QuestionExplanation, RotationExplanation, TokenAccount, TrieNode)
 from .exports import locate
 from .errors import InvalidRequestError
 from .readout import LabelTrie, option_probabilities, path_probabilities
+from .readout import label_mass as mass_on_labels
 from .reducers import ConfidenceKind
 from .schema import Answer, Content, DecisionRequest, DecisionResponse, Question, Usage
 from .tokenization import ChatTemplate, TextTokenizer
@@ -58,14 +61,36 @@ def parse_request(data: DecisionRequest | Mapping[str, Any]) -> DecisionRequest:
 
 @dataclass(frozen=True)
 class Readout:
-    """Raw readout of one question: per trie node (prefix) the children and their logits."""
+    """Raw readout of one question: per trie node (prefix) the children and their logits.
+
+    With ``debias="rotate"`` the question's other option orders are ``rotations`` (each a Readout
+    of its own prompt); ``probabilities`` is then their average (``debias.average``).
+    ``label_mass``: this prompt's share of the full softmax on the root's tokens, when asked for.
+    """
 
     question: CompiledQuestion
     trie: LabelTrie
     node_logits: dict[tuple[int, ...], np.ndarray]
+    rotations: tuple[Readout, ...] = ()
+    label_mass: float | None = None
+
+    def own_probabilities(self) -> np.ndarray:
+        """This prompt's option probabilities (the order as listed when it is rotation 0)."""
+        return option_probabilities(self.trie, self.node_logits, len(self.question.options))
+
+    def rotation_probabilities(self) -> list[np.ndarray]:
+        """Every order's probabilities, in the listed option order; the listed order first."""
+        return [self.own_probabilities()] + [r.own_probabilities() for r in self.rotations]
 
     def probabilities(self) -> np.ndarray:
-        return option_probabilities(self.trie, self.node_logits, len(self.question.options))
+        if not self.rotations:
+            return self.own_probabilities()
+        return debiasing.average(self.rotation_probabilities())
+
+    def mean_label_mass(self) -> float | None:
+        """The label mass, averaged over the orders when the question was rotated."""
+        masses = [r.label_mass for r in (self, *self.rotations)]
+        return None if any(m is None for m in masses) else float(np.mean(masses))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -75,38 +100,59 @@ class ReadoutPlan:
     ``Decider`` runs it on its engine; benchmarks run the same plan on other backends."""
 
     compiled: tuple[CompiledRequest, ...]
-    tries: tuple[tuple[LabelTrie, ...], ...]              # [request][question]
+    tries: tuple[tuple[LabelTrie, ...], ...]              # [request][unit] (``CompiledRequest.units``)
     contexts: tuple[tuple[int, ...], ...]                 # prefix + suffix + trie node, per readout
     allowed: tuple[tuple[int, ...], ...]                  # the node's children, per readout
-    where: tuple[tuple[int, int, tuple[int, ...]], ...]   # (request, question, trie node), per readout
+    where: tuple[tuple[int, int, tuple[int, ...]], ...]   # (request, unit, trie node), per readout
 
-    def readouts(self, logits: Sequence[np.ndarray]) -> list[list[Readout]]:
-        """The readouts of every question of every request, given one logit vector per context."""
+    def readouts(self, logits: Sequence[np.ndarray],
+                 masses: Mapping[tuple[int, int], float] | None = None) -> list[list[Readout]]:
+        """The readouts of every question of every request, given one logit vector per context
+        (and, when label mass was read, the mass per (request, unit))."""
         node_logits: list[list[dict[tuple[int, ...], np.ndarray]]] = [
-            [{} for _ in comp.questions] for comp in self.compiled]
-        for (ri, qi, u), z in zip(self.where, logits):
-            node_logits[ri][qi][u] = z
-        return [[Readout(q, self.tries[ri][qi], node_logits[ri][qi]) for qi, q in enumerate(comp.questions)]
-                for ri, comp in enumerate(self.compiled)]
+            [{} for _ in comp.units()] for comp in self.compiled]
+        for (ri, ui, u), z in zip(self.where, logits):
+            node_logits[ri][ui][u] = z
+        out = []
+        for ri, comp in enumerate(self.compiled):
+            units = comp.units()
+            reads = [Readout(q, self.tries[ri][ui], node_logits[ri][ui],
+                             label_mass=None if masses is None else masses.get((ri, ui)))
+                     for ui, (_, _, q) in enumerate(units)]
+            rotated: list[list[Readout]] = [[] for _ in comp.questions]
+            for (qi, rot, _), r in zip(units, reads):
+                if rot > 0:
+                    rotated[qi].append(r)
+            out.append([Readout(r.question, r.trie, r.node_logits, tuple(rotated[qi]), r.label_mass)
+                        for qi, r in enumerate(reads[: len(comp.questions)])])
+        return out
+
+    def roots(self) -> list[int]:
+        """The index of each unit's root readout (where the label mass is read), in ``where`` order."""
+        return [i for i, (_, _, u) in enumerate(self.where) if u == ()]
 
 
-def plan_readout(compiled: Sequence[CompiledRequest]) -> ReadoutPlan:
-    """Build the label tries of every question and the contexts the engine must read."""
+def plan_readout(compiled: Sequence[CompiledRequest], *, read_roots: bool = False) -> ReadoutPlan:
+    """Build the label tries of every question and the contexts the engine must read.
+
+    ``read_roots``: read every trie's root even when it has one child (the label mass needs the
+    hidden state there); its logits then only confirm probability 1.
+    """
     contexts: list[tuple[int, ...]] = []
     allowed: list[tuple[int, ...]] = []
     where: list[tuple[int, int, tuple[int, ...]]] = []
     tries: list[tuple[LabelTrie, ...]] = []
     for ri, comp in enumerate(compiled):
         request_tries = []
-        for qi, q in enumerate(comp.questions):
+        for ui, (_, _, q) in enumerate(comp.units()):
             trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
             request_tries.append(trie)
             for u, kids in trie.internal_nodes():
-                if len(kids) == 1:
+                if len(kids) == 1 and not (read_roots and u == ()):
                     continue  # a single child has probability 1: no readout needed
                 contexts.append(comp.prefix_ids + q.suffix_ids + u)
                 allowed.append(kids)
-                where.append((ri, qi, u))
+                where.append((ri, ui, u))
         tries.append(tuple(request_tries))
     return ReadoutPlan(tuple(compiled), tuple(tries), tuple(contexts), tuple(allowed), tuple(where))
 
@@ -117,7 +163,7 @@ def _explain_question(r: Readout, answer: Answer, question: Question, token: Cal
     q, trie = r.question, r.trie
     logit_at = {u: dict(zip(trie.children[u], map(float, z))) for u, z in r.node_logits.items()}
     path_p = path_probabilities(trie, r.node_logits)
-    uncalibrated = r.probabilities()
+    uncalibrated = r.own_probabilities()  # the order as listed; with debias the answer averages orders
     calibrated = answer_probabilities(answer, q.options) if answer.calibration else None
     meanings: dict[str, Content | None] = {}
     if question.type == "choice":
@@ -142,10 +188,24 @@ def _explain_question(r: Readout, answer: Answer, question: Question, token: Cal
                       children_text=[token(t) for t in kids],
                       logits=[float(x) for x in r.node_logits[u]] if u in r.node_logits else None)
              for u, kids in trie.internal_nodes()]
+    dropped = [DroppedText(option=q.options[d.option], text=d.text, reason=d.reason) for d in q.label_paths.dropped]
+    debias = None
+    if r.rotations:
+        dists = r.rotation_probabilities()
+        debias = DebiasExplanation(
+            mode="rotate",
+            rotations=[RotationExplanation(
+                order=[q.options[j] for j in (rq.question.order or range(len(q.options)))],
+                suffix_tokens=len(rq.question.suffix_ids),
+                probabilities={o: float(x) for o, x in zip(q.options, p)}, label_mass=rq.label_mass)
+                for rq, p in zip((r, *r.rotations), dists)],
+            probabilities={o: float(x) for o, x in zip(q.options, r.probabilities())},
+            flip_rate=debiasing.flip_rate(dists))
     return QuestionExplanation(
         type=q.type, label_mode=q.label_mode, question_text=q.question_text,
         suffix_tokens=len(q.suffix_ids), options=options, nodes=nodes, answer=answer,
-        confidence_meaning=None if q.type == "noul" else CONFIDENCE_MEANING[confidence])
+        confidence_meaning=None if q.type == "noul" else CONFIDENCE_MEANING[confidence],
+        dropped_verbalizers=dropped, label_mass=r.mean_label_mass(), debias=debias)
 
 
 def answer_probabilities(answer: Answer, options: Sequence[str]) -> np.ndarray:
@@ -175,6 +235,11 @@ class Decider:
             batch in flight adds at most 1 GiB more); a call that needs more is refused.
         cpu_check: for INT8 exports, check at load that this CPU computes what the export measured
             (typed_decisions.quantized); refuses or warns. Off only for studies.
+        debias: ``"none"`` (default) or ``"rotate"``: the default for requests without a
+            ``debias`` field (``debias.py``: each choice question asked under up to
+            ``max_rotations`` cyclic rotations of its options, score levels both ways, averaged).
+        wording: a name of ``wording.WORDINGS``: the system prompt and the question block's fixed
+            sentences (default ``"default"``, the wording the runtime has always used).
     """
 
     def __init__(self, artifacts: Artifacts, *, label_mode: LabelMode = "auto",
@@ -182,22 +247,28 @@ class Decider:
                  calibration: CalibrationFile | str | Path | None = None, threads: int | None = None,
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
                  max_tokens: int | None = None, max_batch_rows: int | None = None,
-                 max_call_kv_bytes: int = 4 << 30, cpu_check: bool = True):
+                 max_call_kv_bytes: int = 4 << 30, cpu_check: bool = True,
+                 debias: Debias = "none", max_rotations: int = MAX_ROTATIONS, wording: str = "default"):
+        if debias not in debiasing.DEBIAS_MODES:
+            raise ValueError(f"debias must be one of {', '.join(debiasing.DEBIAS_MODES)}, got {debias!r}")
+        debiasing.rotation_shifts(1, max_rotations)  # validates max_rotations >= 1
         self.artifacts = artifacts
         self.name = artifacts.name
         self.label_mode: LabelMode = label_mode
+        self.debias: Debias = debias
         self.confidence_kind: ConfidenceKind = confidence
         self.tokenizer = TextTokenizer(artifacts.tokenizer_path, artifacts.tokenizer_info)
         self.template = ChatTemplate(artifacts.chat_template, self.tokenizer)
         limit = max_tokens or artifacts.architecture.max_position_embeddings
-        self.compiler = Compiler(self.tokenizer, self.template, max_tokens=limit)
+        self.compiler = Compiler(self.tokenizer, self.template, max_tokens=limit, max_rotations=max_rotations,
+                                 wording=wording)
         self.engine = Engine(artifacts, threads=threads, providers=providers, cache_bytes=cache_bytes,
                              max_batch_rows=max_batch_rows, max_call_kv_bytes=max_call_kv_bytes,
                              cpu_check=cpu_check)
         if isinstance(calibration, (str, Path)):
             calibration = CalibrationFile.load(calibration)
         self.calibration: CalibrationFile | None = calibration
-        self._cf_memo: dict[tuple[str, str, str], np.ndarray] = {}  # (mode, cf state, question JSON) → p_cf
+        self._cf_memo: dict[tuple[str, str, str, str], np.ndarray] = {}  # (mode, debias, cf state, question JSON) → p_cf
         self._cf_lock = threading.Lock()
 
     @classmethod
@@ -216,24 +287,33 @@ class Decider:
     # -- public API
 
     def decide(self, state: Content, questions: Mapping[str, Question | Mapping[str, Any]], *,
-               label_mode: LabelMode | None = None) -> DecisionResponse:
-        """Ask typed questions about one state."""
-        request = parse_request({"model": self.name, "state": state, "questions": dict(questions)})
-        return self.run(request, label_mode=label_mode)
+               label_mode: LabelMode | None = None, debias: Debias | None = None,
+               include: Sequence[str] = ()) -> DecisionResponse:
+        """Ask typed questions about one state (``include=["label_mass"]`` adds the label mass)."""
+        body: dict[str, Any] = {"model": self.name, "state": state, "questions": dict(questions)}
+        if debias is not None:
+            body["debias"] = debias
+        if include:
+            body["include"] = list(include)
+        return self.run(parse_request(body), label_mode=label_mode)
 
     def run(self, request: DecisionRequest | Mapping[str, Any], *,
-            label_mode: LabelMode | None = None) -> DecisionResponse:
+            label_mode: LabelMode | None = None, debias: Debias | None = None) -> DecisionResponse:
         """Answer one wire-format request."""
-        return self.run_many([request], label_mode=label_mode)[0]
+        return self.run_many([request], label_mode=label_mode, debias=debias)[0]
 
     def run_many(self, requests: Sequence[DecisionRequest | Mapping[str, Any]], *,
                  label_mode: LabelMode | None = None, share_prefixes: bool = True,
-                 use_cache: bool = True) -> list[DecisionResponse]:
-        """Answer several requests in one engine call (shared prefixes computed once)."""
+                 use_cache: bool = True, debias: Debias | None = None) -> list[DecisionResponse]:
+        """Answer several requests in one engine call (shared prefixes computed once).
+
+        ``debias`` is the default for requests without their own field (else the Decider's)."""
         parsed = [parse_request(r) for r in requests]
-        compiled = [self.compiler.compile(r, label_mode=label_mode or self.label_mode) for r in parsed]
-        readouts = self._read(compiled, share_prefixes=share_prefixes, use_cache=use_cache)
-        content_free = self._content_free(parsed, label_mode or self.label_mode)
+        mode, deb = label_mode or self.label_mode, debias or self.debias
+        compiled = [self.compiler.compile(r, label_mode=mode, debias=deb) for r in parsed]
+        wants = [bool(r.include and "label_mass" in r.include) for r in parsed]
+        readouts = self._read(compiled, share_prefixes=share_prefixes, use_cache=use_cache, label_mass=wants)
+        content_free = self._content_free(parsed, mode, deb)
         out = []
         for req, comp, reads, cf in zip(parsed, compiled, readouts, content_free):
             answers: dict[str, Answer] = {}
@@ -245,30 +325,44 @@ class Decider:
 
     def probabilities(self, request: DecisionRequest | Mapping[str, Any], *,
                       label_mode: LabelMode | None = None, share_prefixes: bool = True,
-                      use_cache: bool = True) -> dict[str, np.ndarray]:
+                      use_cache: bool = True, debias: Debias | None = None) -> dict[str, np.ndarray]:
         """Uncalibrated option probabilities per question (float64), in option order."""
-        comp = self.compiler.compile(parse_request(request), label_mode=label_mode or self.label_mode)
-        (reads,) = self._read([comp], share_prefixes=share_prefixes, use_cache=use_cache)
-        return {r.question.name: r.probabilities() for r in reads}
+        reads = self.readouts(request, label_mode=label_mode, share_prefixes=share_prefixes,
+                              use_cache=use_cache, debias=debias)
+        return {name: r.probabilities() for name, r in reads.items()}
+
+    def readouts(self, request: DecisionRequest | Mapping[str, Any], *,
+                 label_mode: LabelMode | None = None, share_prefixes: bool = True,
+                 use_cache: bool = True, debias: Debias | None = None,
+                 label_mass: bool = False) -> dict[str, Readout]:
+        """The raw readouts per question (probabilities, rotations, label mass when asked for):
+        what evaluation rows record."""
+        req = parse_request(request)
+        comp = self.compiler.compile(req, label_mode=label_mode or self.label_mode,
+                                     debias=debias or self.debias)
+        (reads,) = self._read([comp], share_prefixes=share_prefixes, use_cache=use_cache,
+                              label_mass=[label_mass or bool(req.include and "label_mass" in req.include)])
+        return {r.question.name: r for r in reads}
 
     def explain(self, request: DecisionRequest | Mapping[str, Any], *,
-                label_mode: LabelMode | None = None) -> Explanation:
+                label_mode: LabelMode | None = None, debias: Debias | None = None) -> Explanation:
         """The request answered and explained (``explain.Explanation``): the prompt and its
         shared-prefix boundary, per question every option's label tokens with their logits and
         probabilities, the trie nodes, the answers (exactly ``run``'s) and what was computed."""
         t0 = time.perf_counter()
         req = parse_request(request)
-        mode = label_mode or self.label_mode
-        comp = self.compiler.compile(req, label_mode=mode)
+        mode, deb = label_mode or self.label_mode, debias or self.debias
+        comp = self.compiler.compile(req, label_mode=mode, debias=deb)
         before = self.engine.stats.tokens_computed
-        (reads,) = self._read([comp], share_prefixes=True, use_cache=True)
+        (reads,) = self._read([comp], share_prefixes=True, use_cache=True, label_mass=[True])
         computed = self.engine.stats.tokens_computed - before  # this call's (other threads may add)
-        (cf,) = self._content_free([req], mode)
+        (cf,) = self._content_free([req], mode, deb)
         token = self.tokenizer.token_str
         questions: dict[str, QuestionExplanation] = {}
         for r in reads:
             q = r.question
-            answer = self._answer(r, cf.get(q.name) if cf else None)
+            answer = self._answer(r, cf.get(q.name) if cf else None,
+                                  with_mass=bool(req.include and "label_mass" in req.include))
             questions[q.name] = _explain_question(r, answer, req.questions[q.name], token,
                                                   self.tokenizer.decode, self.confidence_kind)
         answers = {name: qe.answer for name, qe in questions.items()}
@@ -278,7 +372,7 @@ class Decider:
             prefix_ids=list(comp.prefix_ids), questions=questions, answers=answers,
             usage=Usage(input_tokens=logical, output_tokens=0),
             tokens=TokenAccount(prefix_tokens=len(comp.prefix_ids),
-                                prompt_tokens=len(comp.prefix_ids) + sum(len(q.suffix_ids) for q in comp.questions),
+                                prompt_tokens=len(comp.prefix_ids) + sum(len(q.suffix_ids) for _, _, q in comp.units()),
                                 input_tokens=logical, tokens_computed=computed,
                                 tokens_saved=max(0, logical - computed)),
             latency_ms=round((time.perf_counter() - t0) * 1000, 2))
@@ -286,14 +380,26 @@ class Decider:
     # -- internals
 
     def _read(self, compiled: Sequence[CompiledRequest], *, share_prefixes: bool,
-              use_cache: bool) -> list[list[Readout]]:
-        plan = plan_readout(compiled)
+              use_cache: bool, label_mass: Sequence[bool] = ()) -> list[list[Readout]]:
+        """One engine call for every prompt of ``compiled``; ``label_mass[i]``: read the label
+        mass of request i's prompts (one full-vocabulary product each, at its trie root)."""
+        wants = list(label_mass) or [False] * len(compiled)
+        plan = plan_readout(compiled, read_roots=any(wants))
         points = [compiled[ri].checkpoints for ri, _, _ in plan.where]  # each context's request's checkpoints
+        hiddens: list[np.ndarray] | None = [] if any(wants) else None
         logits = self.engine.next_token_logits(plan.contexts, plan.allowed, cache_points=points,
-                                               use_cache=use_cache, share_prefixes=share_prefixes)
-        return plan.readouts(logits)
+                                               use_cache=use_cache, share_prefixes=share_prefixes,
+                                               hidden_out=hiddens)
+        masses = None
+        if hiddens is not None:
+            masses = {}
+            for i in plan.roots():
+                ri, ui, _ = plan.where[i]
+                if wants[ri]:
+                    masses[(ri, ui)] = mass_on_labels(logits[i], self.engine.full_logsumexp(hiddens[i]))
+        return plan.readouts(logits, masses)
 
-    def _content_free(self, requests: Sequence[DecisionRequest], mode: LabelMode
+    def _content_free(self, requests: Sequence[DecisionRequest], mode: LabelMode, debias: Debias = "none"
                       ) -> list[dict[str, np.ndarray] | None]:
         """Content-free probabilities for contextual calibration (only when the file asks for it).
 
@@ -310,13 +416,14 @@ class Decider:
                 out.append(None)
                 continue
             probs: dict[str, np.ndarray] = {}
+            deb = req.debias or debias  # the request's own field wins, as in compile
             for name, q in wanted.items():
-                key = (mode, cal.content_free_state or "", q.model_dump_json())
+                key = (mode, deb, cal.content_free_state or "", q.model_dump_json())
                 with self._cf_lock:
                     hit = self._cf_memo.get(key)
                 if hit is None:
                     cf_req = DecisionRequest(model=req.model, state=cal.content_free_state or "", questions={name: q})
-                    hit = self.probabilities(cf_req, label_mode=mode)[name]
+                    hit = self.probabilities(cf_req, label_mode=mode, debias=deb)[name]
                     with self._cf_lock:
                         self._cf_memo[key] = hit
                         while len(self._cf_memo) > 1024:
@@ -325,7 +432,7 @@ class Decider:
             out.append(probs)
         return out
 
-    def _answer(self, r: Readout, content_free: np.ndarray | None) -> Answer:
+    def _answer(self, r: Readout, content_free: np.ndarray | None, *, with_mass: bool = True) -> Answer:
         q = r.question
         p = r.probabilities()
         applied = None
@@ -342,6 +449,8 @@ class Decider:
         else:
             answer = reducers.reduce_score(p, [q.legend[k] for k in q.options], self.confidence_kind)
         answer.calibration = applied
+        if with_mass:
+            answer.label_mass = r.mean_label_mass()  # None unless the request asked for it
         return answer
 
 

@@ -67,15 +67,45 @@ class TrieNode(BaseModel):
     logits: list[float] | None = Field(description="None: one child, not read")
 
 
+class DroppedText(BaseModel):
+    """A surface text of an option that is not read out (labels.py), and why."""
+
+    option: str
+    text: str
+    reason: str
+
+
+class RotationExplanation(BaseModel):
+    """One option order of a debiased question (``debias.py``)."""
+
+    order: list[str] = Field(description="the options as shown, first to last")
+    suffix_tokens: int
+    probabilities: dict[str, float] = Field(description="this order's answer, by option (listed order)")
+    label_mass: float | None = None
+
+
+class DebiasExplanation(BaseModel):
+    mode: str
+    rotations: list[RotationExplanation] = Field(description="the order as listed first")
+    probabilities: dict[str, float] = Field(description="the mean over the orders: what the answer uses")
+    flip_rate: float = Field(description="share of the other orders whose top option differs from the listed order's")
+
+
 class QuestionExplanation(BaseModel):
     type: Literal["noul", "choice", "score"]
     label_mode: str
     question_text: str = Field(description="the prompt after the shared prefix, up to the answer")
     suffix_tokens: int
-    options: list[OptionExplanation]
+    options: list[OptionExplanation] = Field(description="the order as listed; with debias, the answer "
+                                                         "uses debias.probabilities instead")
     nodes: list[TrieNode]
     answer: Answer
     confidence_meaning: str | None = None
+    dropped_verbalizers: list[DroppedText] = Field(default_factory=list)
+    label_mass: float | None = Field(
+        default=None, description="share of the full-vocabulary softmax on the root's label tokens "
+                                  "(the allowed first tokens); low: the model wanted to say something else")
+    debias: DebiasExplanation | None = None
 
 
 class TokenAccount(BaseModel):
@@ -163,6 +193,15 @@ def render_text(e: Explanation, *, max_prompt_chars: int = 4000) -> str:
         for r in rows:
             lines.append(f"  {r[0]:<{w}}  {r[1]:<{lw}}  {r[2]:<{tw}}  {_fmt(r[3], digits=2)}  "
                          f"{_fmt(r[4])}  {_fmt(r[5])}")
+        if q.dropped_verbalizers:
+            lines.append("  not read: " + "; ".join(f"{d.option}: {d.text!r} ({d.reason})" for d in q.dropped_verbalizers))
+        if q.label_mass is not None:
+            lines.append(f"  label mass: {q.label_mass:.3f} of the full softmax on the allowed first tokens")
+        if q.debias is not None:
+            lines.append(f"  debias {q.debias.mode}: {len(q.debias.rotations)} orders, flip rate {q.debias.flip_rate:.2f}")
+            for rot in q.debias.rotations:
+                probs = " ".join(f"{o}={p:.3f}" for o, p in rot.probabilities.items())
+                lines.append(f"    {' > '.join(rot.order)[:60]}: {probs[:80]}")
         lines += [_answer_line(q.answer, q.confidence_meaning), ""]
     lines.append("logit: the first label token's raw logit (the largest over an option's variants); "
                  "prob: restricted softmax over the options' label tokens (chain rule for longer labels).")
@@ -174,5 +213,6 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
     return e.model_dump(mode="json")
 
 
-__all__ = ["CONFIDENCE_MEANING", "Explanation", "LabelPath", "LabelToken", "OptionExplanation",
-           "QuestionExplanation", "TokenAccount", "TrieNode", "explanation_json", "render_text"]
+__all__ = ["CONFIDENCE_MEANING", "DebiasExplanation", "DroppedText", "Explanation", "LabelPath", "LabelToken",
+           "OptionExplanation", "QuestionExplanation", "RotationExplanation", "TokenAccount", "TrieNode",
+           "explanation_json", "render_text"]

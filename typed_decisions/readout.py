@@ -23,7 +23,7 @@ renormalization only removes float drift.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +38,8 @@ __all__ = [
     "option_probabilities",
     "readout_count",
     "as_probabilities",
+    "label_mass",
+    "streaming_logsumexp",
 ]
 
 Prefix = tuple[int, ...]
@@ -281,3 +283,53 @@ def option_probabilities(
     total = agg.sum()
     assert total > 0.0, "a restricted softmax over a non-empty trie always leaves some mass"
     return agg / total
+
+
+# -----------------------------------------------------------------------------
+# label mass: how much of the full-vocabulary softmax the allowed tokens hold
+
+
+def streaming_logsumexp(chunks: Iterable[ArrayLike]) -> float:
+    """log Σ_i exp(z_i) over logits given in chunks (float64), never holding them all at once.
+
+    Running max m and sum s = Σ exp(z − m): a chunk with max m' > m rescales s by exp(m − m')
+    first, so every exp argument is <= 0 (no overflow) and the largest term is exp(0) = 1.
+
+    >>> round(streaming_logsumexp([[0.0, 1.0], [2.0]]), 6), round(float(np.log(1 + np.e + np.e**2)), 6)
+    (2.407606, 2.407606)
+    >>> streaming_logsumexp([[-1e3], [1e3, 0.0]])   # exp(1000) alone would overflow
+    1000.0
+    """
+    m, total = -np.inf, 0.0
+    seen = False
+    for chunk in chunks:
+        z = _as_logits(chunk)
+        cm = float(z.max())
+        if cm > m:
+            total = total * np.exp(m - cm) if seen else 0.0
+            m = cm
+        with np.errstate(over="ignore"):
+            total += float(np.exp(z - m).sum())
+        seen = True
+    if not seen:
+        raise ValueError("no logits given")
+    return m + float(np.log(total))
+
+
+def label_mass(allowed_logits: ArrayLike, log_partition: float) -> float:
+    """Σ_{t ∈ allowed} softmax(z)_t = exp(logsumexp(z_allowed) − logsumexp(z_full)), in [0, 1].
+
+    ``log_partition`` is the logsumexp of the full-vocabulary logits at the same position (the
+    engine's ``full_logsumexp``). The allowed logits are a subset of the full ones, so the exponent
+    is <= 0 in exact arithmetic; float rounding above 0 is clipped to a mass of 1.
+
+    >>> round(label_mass([0.0, 0.0], float(np.log(4.0))), 12)
+    0.5
+    """
+    z = _as_logits(allowed_logits)
+    if not np.isfinite(log_partition):
+        raise ValueError(f"log_partition must be finite, got {log_partition!r}")
+    m = z.max()
+    with np.errstate(over="ignore"):
+        lse = m + np.log(np.exp(z - m).sum())
+    return float(min(1.0, np.exp(lse - log_partition)))

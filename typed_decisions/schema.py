@@ -34,7 +34,15 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 # A description: text, or a JSON object / array rendered as compact JSON in the prompt.
 Content = Union[str, dict[str, Any], list[Any]]
@@ -152,13 +160,25 @@ class Score(_Strict):
 Question = Annotated[Union[Noul, Choice, Score], Field(discriminator="type")]
 
 
+Debias = Literal["none", "rotate"]
+Include = Literal["label_mass"]
+
+
 class DecisionRequest(_Strict):
-    """``POST /v1/systemone`` body. ``assets`` (images) are refused: this is a text-only engine."""
+    """``POST /v1/systemone`` body. ``assets`` (images) are refused: this is a text-only engine.
+
+    Two optional fields beyond System One's (absent: the answers are exactly System One's):
+    ``debias`` ("none" | "rotate", default: the server's / ``Decider``'s, itself "none") asks each
+    question under several option orders and averages (``debias.py``); ``include``
+    (["label_mass"]) adds the named extra fields to each answer (docs/METHOD.md §7).
+    """
 
     model: str
     state: Content
     questions: dict[str, Question]
     assets: dict[str, Any] | None = None
+    debias: Debias | None = None
+    include: list[Include] | None = None
 
     @field_validator("questions")
     @classmethod
@@ -187,6 +207,20 @@ class _Answer(BaseModel):
         default=None, exclude=True,
         description="What calibration was applied (Python API only; never on the wire).",
     )
+    label_mass: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="Share of the full-vocabulary softmax on the allowed first label tokens "
+                    "(only when the request has include: [\"label_mass\"]; absent otherwise).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _only_asked(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Extra fields appear only when asked for: an answer without them is System One's."""
+        data = handler(self)
+        mass = data.pop("label_mass", None)
+        if mass is not None:
+            data["label_mass"] = mass
+        return data
 
 
 class NoulAnswer(_Answer):
@@ -228,7 +262,7 @@ class DecisionResponse(BaseModel):
 
 
 __all__ = [
-    "Answer", "Choice", "ChoiceAnswer", "Content", "DecisionRequest", "DecisionResponse", "Noul",
+    "Answer", "Choice", "ChoiceAnswer", "Content", "Debias", "DecisionRequest", "Include", "DecisionResponse", "Noul",
     "NoulAnswer", "NoulCriteria", "Question", "SAMPLING_PARAMETERS", "Score", "ScoreAnswer",
     "Usage", "json_sha256", "render_content",
 ]

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..calibration import CalibrationFile, TypeCalibration
 from ..compiler import LABEL_MODES, resolve_label_mode
+from ..wording import WORDINGS
 from ..errors import InvalidRequestError, TypedDecisionsError
 from .datasets import get_spec, load_dataset, rows_for
 from .fitting import calibration_fit
@@ -83,6 +84,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None, help="ask a shipped preset's question (its version is recorded)")
     p.add_argument("--labels", choices=LABEL_MODES, default="auto",
                    help="label mode (default 'auto': names for choice, letters for score)")
+    p.add_argument("--wording", choices=list(WORDINGS), default="default",
+                   help="system prompt and question-block sentences by name (typed_decisions/wording.py)")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads (default: the cores this process may use)")
     p.add_argument("--bins", type=int, default=10, help="equal-width confidence bins for ECE (default 10)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
@@ -97,6 +100,11 @@ def main_eval(argv: list[str]) -> int:
     p.add_argument("--calibration", type=Path, default=None, help="also report metrics after this calibration file")
     p.add_argument("--permutations", type=int, default=0, metavar="K",
                    help="re-ask each row under K option orders (choice questions): flip rate, TV")
+    p.add_argument("--debias", choices=["none", "rotate"], default="none",
+                   help="'rotate': each row's answer is the mean over rotations of the option order")
+    p.add_argument("--label-mass", action="store_true",
+                   help="read each row's label mass (one full-vocabulary product per row): items carry it, "
+                        "and the report compares abstaining by it with abstaining by max p")
     p.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     p.add_argument("--plot", type=Path, default=None, help="write a reliability diagram (PNG; needs matplotlib)")
     p.add_argument("--free-text", action="store_true",
@@ -117,10 +125,12 @@ def main_eval(argv: list[str]) -> int:
 
     spec, rows, meta = _source(args, args.split, args.limit)
     cal = CalibrationFile.load(args.calibration) if args.calibration else None
-    decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels)
+    decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels, wording=args.wording)
+    meta["wording"] = args.wording
     meta["command"] = "typed-decisions eval " + " ".join(argv)
     report = evaluate(decider, spec, rows, label_mode=args.labels, calibration=cal,
-                      permutations=args.permutations, n_bins=args.bins, progress=not args.quiet, meta=meta)
+                      permutations=args.permutations, n_bins=args.bins, progress=not args.quiet, meta=meta,
+                      debias=args.debias, label_mass=args.label_mass)
     _print_summary(report)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
@@ -172,7 +182,7 @@ def main_calibrate(argv: list[str]) -> int:
     _, test_rows, _ = _source(args, "test", args.test_limit)
     if not fit_rows or not test_rows:
         raise TypedDecisionsError(f"need rows in both splits, got {len(fit_rows)} calibration and {len(test_rows)} test")
-    decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels)
+    decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels, wording=args.wording)
     fp, fg = collect_probabilities(decider, spec, fit_rows, label_mode=args.labels, progress=not args.quiet,
                                    desc="calibration split")
     tp, tg = collect_probabilities(decider, spec, test_rows, label_mode=args.labels, progress=not args.quiet,

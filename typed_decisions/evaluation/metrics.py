@@ -28,11 +28,12 @@ from numpy.typing import ArrayLike
 
 from ..readout import as_probabilities
 
-__all__ = ["EPS", "THRESHOLDS", "accuracy", "brier", "ece", "macro_f1", "metrics", "nll", "reliability_bins",
-           "risk_coverage"]
+__all__ = ["COVERAGES", "EPS", "THRESHOLDS", "accuracy", "brier", "coverage_accuracy", "ece", "macro_f1",
+           "metrics", "nll", "reliability_bins", "risk_coverage"]
 
 EPS = 1e-12  # probability floor inside log for NLL and fitting (a gold p of exactly 0 would be +inf)
 THRESHOLDS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+COVERAGES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
 
 
 def check_pairs(probs: Sequence[ArrayLike], gold: Sequence[int]) -> list[np.ndarray]:
@@ -161,6 +162,29 @@ def risk_coverage(probs: Sequence[ArrayLike], gold: Sequence[int],
         m = conf >= t
         out.append({"threshold": float(t), "n": int(m.sum()), "coverage": float(m.mean()),
                     "accuracy": float(hit[m].mean()) if m.any() else None})
+    return out
+
+
+def coverage_accuracy(scores: Sequence[float], hits: Sequence[float],
+                      coverages: Sequence[float] = COVERAGES) -> list[dict[str, Any]]:
+    """Risk–coverage by any abstain signal: answer only the ⌈c·N⌉ rows with the highest score
+    (ties broken by row order, stable sort), accuracy on those. Compares signals at equal coverage
+    (max p, the label mass, their product), which thresholds on different scales cannot.
+
+    >>> coverage_accuracy([0.9, 0.2, 0.5, 0.7], [1, 0, 0, 1], [1.0, 0.5])
+    [{'coverage': 1.0, 'n': 4, 'accuracy': 0.5}, {'coverage': 0.5, 'n': 2, 'accuracy': 1.0}]
+    """
+    s = np.asarray(scores, dtype=np.float64)  # (N,)
+    h = np.asarray(hits, dtype=np.float64)    # (N,)
+    if s.shape != h.shape or s.ndim != 1 or s.size == 0:
+        raise ValueError(f"need equally many scores and hits (>0), got {s.shape} and {h.shape}")
+    order = np.argsort(-s, kind="stable")
+    out = []
+    for c in coverages:
+        if not 0.0 < c <= 1.0:
+            raise ValueError(f"coverages must be in (0, 1], got {c}")
+        n = math.ceil(c * s.size - 1e-9)
+        out.append({"coverage": float(c), "n": n, "accuracy": float(h[order[:n]].mean())})
     return out
 
 

@@ -50,7 +50,7 @@ __all__ = ["Preset", "PresetOption", "PresetQuestion", "Policy", "PresetError", 
            "content_hash", "answer_preset", "decide_action", "preset_file", "PresetCall", "prepare_preset"]
 
 REGISTRY = "_registry.json"
-PARAMS = ("label_mode", "threshold")  # the params answer_preset accepts
+PARAMS = ("label_mode", "threshold", "debias")  # the params answer_preset accepts
 
 
 class PresetError(TypedDecisionsError):
@@ -192,8 +192,8 @@ def prepare_preset(model: str, preset_name: str, state: Any,
                    params: Mapping[str, Any] | None = None) -> PresetCall:
     """Check the name and params, load the preset, build its wire request for ``model``.
 
-    ``params``: ``label_mode`` ("auto" | "names" | "letters"), ``threshold`` (overrides the preset's
-    default). Only shipped preset names are accepted (never a path); bad names and params raise
+    ``params``: ``label_mode`` ("auto" | "names" | "letters" | "mixture"), ``threshold`` (overrides
+    the preset's default), ``debias`` ("none" | "rotate": the wire request's own ``debias`` field). Only shipped preset names are accepted (never a path); bad names and params raise
     ``InvalidRequestError`` (HTTP 422) naming the field.
     """
     params = dict(params or {})
@@ -208,9 +208,15 @@ def prepare_preset(model: str, preset_name: str, state: Any,
     threshold = params.get("threshold")
     if threshold is not None and not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1):
         raise InvalidRequestError(f"params.threshold must be a number in [0, 1], got {threshold!r}", ("params", "threshold"))
+    if params.get("debias", "none") not in ("none", "rotate"):
+        raise InvalidRequestError(f"params.debias must be 'none' or 'rotate', got {params['debias']!r}",
+                                  ("params", "debias"))
     preset = load_preset(preset_name)
     spec = preset.question_spec()
-    return PresetCall(preset=preset, request=spec.request(model, state), label_mode=params.get("label_mode"),
+    request = spec.request(model, state)
+    if "debias" in params:
+        request["debias"] = params["debias"]
+    return PresetCall(preset=preset, request=request, label_mode=params.get("label_mode"),
                       threshold=threshold)
 
 

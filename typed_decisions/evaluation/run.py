@@ -9,6 +9,9 @@ Input: rows (dicts; a JSONL file or a named dataset from ``datasets.py``) and a 
                                                accuracy on those rows (what acting only above t gives)
     permutation (choice only)                  option-order flip rate and total variation (permutation.py)
     calibrated                                 the same metrics after a calibration file, when given
+    label_mass (``label_mass=True``)           mean label mass, and accuracy at equal coverage when
+                                               abstaining by max p, by label mass, or by their product
+                                               (metrics.coverage_accuracy); items carry their mass
 
 Confidence here is the top option probability max_i p_i (ECE, reliability, risk-coverage), not
 the answer's reported confidence formula; they rank rows identically for typesafe confidence.
@@ -31,14 +34,15 @@ from ..calibration import CalibrationFile
 from ..compiler import resolve_label_mode
 from ..errors import TypedDecisionsError
 from .fitting import apply_calibration
-from .metrics import THRESHOLDS, metrics
+from .metrics import THRESHOLDS, coverage_accuracy, metrics
 from .permutation import permutation_report
 from .spec import QuestionSpec
 
 if TYPE_CHECKING:
     from ..decider import Decider
 
-__all__ = ["MATPLOTLIB_HINT", "collect_probabilities", "content_free_probabilities", "evaluate", "plot_reliability"]
+__all__ = ["MATPLOTLIB_HINT", "collect_probabilities", "collect_readouts", "content_free_probabilities", "evaluate",
+           "plot_reliability"]
 
 MATPLOTLIB_HINT = "the reliability plot needs matplotlib: pip install matplotlib  (or the [eval] extra)"
 
@@ -48,16 +52,29 @@ MATPLOTLIB_HINT = "the reliability plot needs matplotlib: pip install matplotlib
 
 def collect_probabilities(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], *,
                           label_mode: str | None = None, progress: bool = True,
-                          desc: str = "eval") -> tuple[list[np.ndarray], list[int]]:
+                          desc: str = "eval", debias: str | None = None) -> tuple[list[np.ndarray], list[int]]:
     """Uncalibrated option probabilities (option order of the spec) and gold indices, one per row."""
+    probs, gold, _ = collect_readouts(decider, spec, rows, label_mode=label_mode, progress=progress,
+                                      desc=desc, debias=debias)
+    return probs, gold
+
+
+def collect_readouts(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], *,
+                     label_mode: str | None = None, progress: bool = True, desc: str = "eval",
+                     debias: str | None = None, label_mass: bool = False
+                     ) -> tuple[list[np.ndarray], list[int], list[float] | None]:
+    """Probabilities and gold indices as ``collect_probabilities``, and each row's label mass
+    (None unless ``label_mass``: it costs one full-vocabulary product per row)."""
     from tqdm.auto import tqdm
 
     gold = [spec.gold_index(r, n) for n, r in enumerate(rows)]  # fail on a bad label before any compute
-    probs = []
+    probs, masses = [], []
     for n, r in enumerate(tqdm(rows, desc=desc, unit="row", disable=not progress)):
-        p = decider.probabilities(spec.request(decider.name, spec.state(r, n)), label_mode=label_mode)
-        probs.append(p[spec.name])
-    return probs, gold
+        read = decider.readouts(spec.request(decider.name, spec.state(r, n)), label_mode=label_mode,
+                                debias=debias, label_mass=label_mass)[spec.name]
+        probs.append(read.probabilities())
+        masses.append(read.mean_label_mass())
+    return probs, gold, [float(m) for m in masses] if label_mass else None  # type: ignore[arg-type]
 
 
 def content_free_probabilities(decider: Decider, spec: QuestionSpec, state: str = "N/A", *,
@@ -91,16 +108,19 @@ def _permutations(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[s
 def evaluate(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], *,
              label_mode: str | None = None, calibration: CalibrationFile | None = None,
              permutations: int = 0, n_bins: int = 10, thresholds: Sequence[float] = THRESHOLDS,
-             progress: bool = True, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+             progress: bool = True, meta: Mapping[str, Any] | None = None, debias: str | None = None,
+             label_mass: bool = False) -> dict[str, Any]:
     """Ask ``spec`` of every row; the report (module docstring). ``meta`` is copied into it."""
     if not rows:
         raise TypedDecisionsError("no rows to evaluate (empty dataset or split, or --limit 0)")
     mode = label_mode or decider.label_mode
+    deb = debias or getattr(decider, "debias", "none")
     t0 = time.perf_counter()
-    probs, gold = collect_probabilities(decider, spec, rows, label_mode=mode, progress=progress)
+    probs, gold, masses = collect_readouts(decider, spec, rows, label_mode=mode, progress=progress,
+                                           debias=deb, label_mass=label_mass)
     seconds = time.perf_counter() - t0
     report: dict[str, Any] = {
-        "model": decider.name, **(meta or {}), "question": spec.model_dump(), "label_mode": mode,
+        "model": decider.name, **(meta or {}), "question": spec.model_dump(), "label_mode": mode, "debias": deb,
         "labels": resolve_label_mode(spec.type, mode),  # what this question type was compiled with
         "n": len(rows), "seconds": round(seconds, 3), "rows_per_second": round(len(rows) / seconds, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -109,8 +129,8 @@ def evaluate(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, A
     }
     if calibration is not None:
         tc = calibration.for_type(spec.type)
-        cf = (content_free_probabilities(decider, spec, calibration.content_free_state or "", label_mode=mode)
-              if tc.contextual else None)
+        cf = (decider.probabilities(spec.request(decider.name, calibration.content_free_state or ""),
+                                    label_mode=mode, debias=deb)[spec.name] if tc.contextual else None)
         report["calibration"] = {"model": calibration.model, "version": calibration.version,
                                  "temperature": tc.temperature, "contextual": tc.contextual,
                                  "content_free_state": calibration.content_free_state if tc.contextual else None,
@@ -119,8 +139,19 @@ def evaluate(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, A
                                        thresholds=thresholds)
     if permutations > 0:
         report["permutation"] = _permutations(decider, spec, rows, permutations, label_mode=mode, progress=progress)
+    if masses is not None:
+        conf = [float(np.max(p)) for p in probs]
+        hits = [float(np.argmax(p) == y) for p, y in zip(probs, gold)]
+        report["label_mass"] = {
+            "mean": float(np.mean(masses)), "min": float(np.min(masses)),
+            "by_confidence": coverage_accuracy(conf, hits),
+            "by_label_mass": coverage_accuracy(masses, hits),
+            "by_product": coverage_accuracy([c * m for c, m in zip(conf, masses)], hits)}
     report["items"] = [{"gold": int(y), "probabilities": [round(float(x), 6) for x in p]}
                        for p, y in zip(probs, gold)]
+    if masses is not None:
+        for item, m in zip(report["items"], masses):
+            item["label_mass"] = m
     return report
 
 

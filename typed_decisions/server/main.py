@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..compiler import LABEL_MODES, LabelMode
+from ..debias import DEBIAS_MODES, Debias
 from ..exports import ensure_export, locate
+from ..wording import WORDINGS
 from .app import create_app
 from .service import Service
 from .settings import ENV_PREFIX, ServerSettings, check_exposure, load_api_keys
@@ -46,6 +48,10 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=env("THREADS"),
                    help="ONNX Runtime intra-op threads (default: the cores this process may use)")
     p.add_argument("--labels", choices=LABEL_MODES, default=env("LABELS", "auto"))
+    p.add_argument("--debias", choices=DEBIAS_MODES, default=env("DEBIAS", "none"),
+                   help="default for requests without a 'debias' field ('rotate': average over option orders)")
+    p.add_argument("--wording", choices=list(WORDINGS), default=env("WORDING", "default"),
+                   help="system prompt and question-block sentences by name (typed_decisions/wording.py)")
     p.add_argument("--max-prompt-tokens", type=int, default=env("MAX_PROMPT_TOKENS"),
                    help="refuse (422) prompts longer than this (default: the model's context)")
     p.add_argument("--api-keys-file", type=Path, default=None,
@@ -106,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     threads = int(args.threads) if args.threads else None
     max_tokens = int(args.max_prompt_tokens) if args.max_prompt_tokens else None
     labels: LabelMode = args.labels
+    debias: Debias = args.debias
+    wording: str = args.wording
     model = ensure_export(args.model) if args.export_if_missing else locate(args.model)
-    app = create_app(lambda: Decider.load(model, threads=threads, label_mode=labels,
+    app = create_app(lambda: Decider.load(model, threads=threads, label_mode=labels, debias=debias, wording=wording,
                                           max_tokens=max_tokens), settings=settings)
     service: Service = app.state.service
 

@@ -78,6 +78,11 @@ def main_serve(argv: list[str]) -> int:
     from typed_decisions.server.main import settings_from_args
     from typed_decisions.server.settings import check_exposure
 
+    for flag, value, default in (("--debias", args.debias, "none"), ("--wording", args.wording, "default")):
+        if value != default:  # not passed to the replicas yet: refuse rather than ignore
+            print(f"typed-decisions serve --ray: {flag} {value} is not supported with --ray (requests may "
+                  "still carry their own 'debias' field)", file=sys.stderr)
+            return 2
     settings = settings_from_args(args)
     try:  # the same rule as `typed-decisions serve`: no anonymous access beyond loopback
         check_exposure(args.host, settings)

@@ -114,3 +114,11 @@ def test_label_writes_parts_and_a_rerun_recomputes_only_a_lost_part(ray_cluster,
         assert row["urgent"] == pytest.approx(a["urgent"].noul, abs=1e-5)
         assert row["team"] == a["team"].choice
         assert row["team__p__tech"] == pytest.approx(a["team"].probabilities["tech"], abs=1e-5)
+
+
+@pytest.mark.parametrize("flag", [["--debias", "rotate"], ["--wording", "terse"]])
+def test_serve_ray_refuses_decider_flags_it_does_not_pass_on(flag, capsys):
+    from ray_typed_decisions.cli import main_serve
+
+    assert main_serve(["--model", "tiny", *flag]) == 2
+    assert f"{flag[0]} {flag[1]} is not supported with --ray" in capsys.readouterr().err

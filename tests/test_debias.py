@@ -1,0 +1,67 @@
+"""Order debiasing maths (debias.py): evenly spaced rotations, the mapping back, the mean, flips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from typed_decisions.debias import (
+    MAX_ROTATIONS,
+    average,
+    flip_rate,
+    question_orders,
+    rotated_order,
+    rotation_shifts,
+    to_original,
+)
+
+
+@pytest.mark.parametrize("n", range(1, 40))
+def test_rotation_shifts_are_distinct_evenly_spaced_and_capped(n):
+    shifts = rotation_shifts(n)
+    k = min(n, MAX_ROTATIONS)
+    assert len(shifts) == len(set(shifts)) == k and shifts[0] == 0
+    assert all(0 <= s < n for s in shifts)
+    gaps = np.diff(shifts + [n])  # around the circle
+    assert gaps.max() - gaps.min() <= 1  # as even as integers allow
+
+
+def test_every_option_visits_k_distinct_positions():
+    n = 5
+    orders = question_orders("choice", n, "rotate")
+    positions = {j: {order.index(j) for order in orders} for j in range(n)}
+    assert all(len(p) == n for p in positions.values())  # k = n: every position once
+    assert sorted(orders[1]) == list(range(n)) and orders[0] == list(range(n))
+
+
+def test_score_is_asked_both_ways_and_noul_once():
+    assert question_orders("score", 4, "rotate") == [[0, 1, 2, 3], [3, 2, 1, 0]]
+    assert question_orders("noul", 2, "rotate") == [[0, 1]]
+    assert question_orders("choice", 4, "none") == [[0, 1, 2, 3]]
+    assert question_orders("choice", 4, "rotate", max_rotations=1) == [[0, 1, 2, 3]]
+
+
+def test_to_original_inverts_the_rotation():
+    rng = np.random.default_rng(0)
+    n = 6
+    p = rng.dirichlet(np.ones(n))                 # the model's belief about the options
+    for s in range(n):
+        order = rotated_order(n, s)
+        shown = p[order]                           # what a position-faithful reader reports per position
+        np.testing.assert_allclose(to_original(shown, order), p, rtol=0, atol=0)
+
+
+def test_average_and_flip_rate_hand_values():
+    d = [[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.5, 0.1, 0.4], [0.1, 0.1, 0.8]]
+    np.testing.assert_allclose(average(d), [0.35, 0.3, 0.35])
+    assert flip_rate(d) == pytest.approx(2 / 3)   # orders 2 and 4 pick another option than order 1
+    assert flip_rate(d[:1]) == 0.0
+
+
+@pytest.mark.parametrize("bad", [lambda: rotation_shifts(0), lambda: rotation_shifts(3, 0),
+                                 lambda: question_orders("choice", 3, "shuffle"),  # type: ignore[arg-type]
+                                 lambda: to_original([0.5, 0.5], [0, 0]),
+                                 lambda: average([[0.5, 0.5], [1.0]]), lambda: average([])])
+def test_bad_input_is_refused(bad):
+    with pytest.raises(ValueError):
+        bad()
