@@ -12,7 +12,14 @@ import random
 import numpy as np
 import pytest
 
-from typed_decisions.tree_block import causal_mask, chain, depths, lay_out, tree_mask, visibility
+from typed_decisions.tree_block import (
+    causal_mask,
+    chain,
+    depths,
+    lay_out,
+    tree_mask,
+    visibility,
+)
 
 VOCAB, DIM, LAYERS = 50, 8, 2
 

@@ -175,6 +175,9 @@ class Decider:
             batch in flight adds at most 1 GiB more); a call that needs more is refused.
         cpu_check: for INT8 exports, check at load that this CPU computes what the export measured
             (typed_decisions.quantized); refuses or warns. Off only for studies.
+        packed: tree blocks (question suffixes and label branches of a state in one row;
+            docs/METHOD.md). Default: on for float32 exports of format version 2, off for INT8
+            and 2-D-mask graphs; False turns them off, True forces them on INT8 (studies).
     """
 
     def __init__(self, artifacts: Artifacts, *, label_mode: LabelMode = "auto",
@@ -182,7 +185,7 @@ class Decider:
                  calibration: CalibrationFile | str | Path | None = None, threads: int | None = None,
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
                  max_tokens: int | None = None, max_batch_rows: int | None = None,
-                 max_call_kv_bytes: int = 4 << 30, cpu_check: bool = True):
+                 max_call_kv_bytes: int = 4 << 30, cpu_check: bool = True, packed: bool | None = None):
         self.artifacts = artifacts
         self.name = artifacts.name
         self.label_mode: LabelMode = label_mode
@@ -193,7 +196,7 @@ class Decider:
         self.compiler = Compiler(self.tokenizer, self.template, max_tokens=limit)
         self.engine = Engine(artifacts, threads=threads, providers=providers, cache_bytes=cache_bytes,
                              max_batch_rows=max_batch_rows, max_call_kv_bytes=max_call_kv_bytes,
-                             cpu_check=cpu_check)
+                             cpu_check=cpu_check, packed=packed)
         if isinstance(calibration, (str, Path)):
             calibration = CalibrationFile.load(calibration)
         self.calibration: CalibrationFile | None = calibration

@@ -9,12 +9,17 @@ computed as ``last_hidden_state[last] @ lm_head[allowed].T`` — never the full 
 
 Work is shared in two ways:
 - **within a call**, the contexts are arranged in a radix tree (a compressed token trie). Each
-  edge (a run of tokens) is computed once, on top of its parent's KV cache; all edges whose parents
-  are ready are batched into one ``session.run`` (right-padded, positions continuing from each
-  row's past). For a request that is: one prefill of the shared state prefix, one batched step for
-  all question suffixes, one batched step for all multi-token label branches. Each node keeps only
-  the KV of its own edge (a compact segment); a row's past is the concatenation of its path's
-  segments, so a call holds each distinct token's KV once.
+  edge (a run of tokens) is computed once, on top of its parent's KV cache. First the nodes whose
+  parents are ready (a request's state prefix) run as rows of one ``session.run`` (right-padded,
+  positions continuing from each row's past). Then, with an export whose attention_mask is 4-D
+  (format version 2), every ready node's pending subtree — question suffixes and their label
+  branches — runs as ONE row over ONE copy of that node's past, a tree block (tree_block.py:
+  each token sees the past and its own ancestors; positions = past + depth); blocks of several
+  ready nodes share a run as rows. Without it (older exports, sliding windows, INT8 by default:
+  ``packed_reason``) each level of nodes runs as rows, each row stacking its parent's KV. Each
+  node keeps only the KV of its own edge (a compact segment, its columns of the run's present); a
+  row's past is the concatenation of its path's segments, so a call holds each distinct token's
+  KV once.
 - **across calls**, KV caches of prefixes (the system prompt, a recently seen state) sit in an LRU
   cache with a byte budget. Every request's checkpoints are nodes of the tree, looked up and stored
   per request, so a state seen before is reused whether it comes alone or in a batch.
