@@ -9,14 +9,14 @@ computed as ``last_hidden_state[last] @ lm_head[allowed].T`` — never the full 
 
 Work is shared in two ways:
 - **within a call**, the contexts are arranged in a radix tree (a compressed token trie). Each
-  edge (a run of tokens) is computed once, on top of its parent's KV cache. First the nodes whose
-  parents are ready (a request's state prefix) run as rows of one ``session.run`` (right-padded,
-  positions continuing from each row's past). Then, with an export whose attention_mask is 4-D
-  (format version 2), every ready node's pending subtree — question suffixes and their label
-  branches — runs as ONE row over ONE copy of that node's past, a tree block (tree_block.py:
-  each token sees the past and its own ancestors; positions = past + depth); blocks of several
-  ready nodes share a run as rows. Without it (older exports, sliding windows, INT8 by default:
-  ``packed_reason``) each level of nodes runs as rows, each row stacking its parent's KV. Each
+  edge (a run of tokens) is computed once, on top of its parent's KV cache. With an export whose
+  attention_mask is 4-D (format version 2), every ready node's pending subtree — a state, its
+  question suffixes and their label branches — runs as ONE row over ONE copy of that node's past,
+  a tree block (tree_block.py: each token sees the past and its own ancestors; positions = past +
+  depth); blocks share a ``session.run`` as right-padded rows, and a subtree over the budgets runs
+  its top node as a row (a long one in chunks) and packs its children next. Without it (older
+  exports, sliding windows, INT8 by default: ``packed_reason``) each level of nodes whose parents
+  are ready runs as rows, each row stacking its parent's KV. Each
   node keeps only the KV of its own edge (a compact segment, its columns of the run's present); a
   row's past is the concatenation of its path's segments, so a call holds each distinct token's
   KV once.
@@ -457,9 +457,10 @@ class Engine:
         todo = self._plan(root)
         self._check_call_bytes(todo)
         pending = set(todo)
-        # Items whose parent is ready, batched per run: first the prefixes (a request's state),
-        # one row each; below them, packed, each ready node's pending subtree as tree blocks.
-        level = [[n] for n in todo if n.parent not in pending]
+        # Items whose parent is ready (cached, computed, or the root), batched per run: packed,
+        # each ready node's pending subtree as tree blocks; unpacked, each node a row.
+        first = [n for n in todo if n.parent not in pending]
+        level = self._pack(first, pending) if self.packed else [[n] for n in first]
         while level:
             for start in range(0, len(level), self.max_batch_rows):
                 for group in self._token_groups(level[start : start + self.max_batch_rows]):
@@ -539,8 +540,8 @@ class Engine:
         would pass ``_fits``. A child whose subtree alone does not fit runs as a block of itself
         (its own children are packed in the next round, over its KV).
 
-        Suffixes and labels go in one block: after a long state, the past dominates a run's
-        cost, so one run for both beats two (docs/METHOD.md, measured).
+        Suffixes and labels go in one block rather than one packed level each: every run streams
+        all weights and copies the past once more (docs/METHOD.md has the measured comparison).
         """
         by_parent: dict[int, list[_Node]] = {}
         for n in nodes:

@@ -245,7 +245,7 @@ def test_engine_tree_blocks_match_transformers(tiny_exports, tiny_folders, arch)
         with pytest.raises(EngineError, match="packed=True: the graph's attention_mask is 2-D"):
             Engine(art, threads=2, packed=True)
     else:
-        assert engine.stats.packed_rows == 1 and engine.stats.runs == 2  # the prefix, then one block
+        assert engine.stats.packed_rows == 1 and engine.stats.runs == 1  # the whole tree in one block
     rows = Engine(art, threads=2, cache_bytes=0, packed=False).next_token_logits(contexts, allowed)
     model = AutoModelForCausalLM.from_pretrained(tiny_folders[arch], dtype=torch.float32).eval()
 
