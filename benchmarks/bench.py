@@ -13,7 +13,9 @@ Peers (every one gets exactly the token ids our compiler builds):
   each context, re-using its own KV for the common prefix with the previous context (as its
   ``generate`` does). Only if ``import llama_cpp`` works.
 - ``ours``: Decider fp32 / INT8 × names / letters × cross-request cache off / warm ("warm": the
-  state was seen by an earlier request with another question; cache cleared and re-warmed per trial).
+  state was seen by an earlier request with another question; cache cleared and re-warmed per trial)
+  × ``--packed`` auto / off (tree blocks as the engine chooses them, or every radix-tree node a row:
+  systems named ``..._unpacked``; ``on`` forces them on INT8 too, ``..._packed``).
 
 Workloads: W1 one noul about a ~100-token state; W2 choice-of-5 + noul + score-of-5 about a
 ~300-token state; W3 a 20-option choice; W4 a 200-option choice and, for the ratio, W4-5: a
@@ -580,6 +582,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ours", default="fp32,int8", help="dtypes of ours to run")
     p.add_argument("--modes", default="names,letters")
     p.add_argument("--cache", default="off,warm", help="cross-request cache variants of ours")
+    p.add_argument("--packed", default="auto,off",
+                   help="tree-block variants of ours: auto (the engine's default: packed for float32 exports "
+                        "of format version 2), off (every node a row: system name + '_unpacked'), on (forced, "
+                        "also INT8: '_packed'); the ratios line gets packed_speedup = unpacked / auto")
     p.add_argument("--warmup", type=int, default=1,
                    help="untimed calls before each measurement (a loaded Decider always answers W1 once first)")
     p.add_argument("--ref-max-tokens", type=int, default=16384,
@@ -697,39 +703,46 @@ def run_ours(run: Run) -> None:
     from typed_decisions.decider import Decider, parse_request
 
     args = run.args
-    for dtype in args.ours.split(","):
+    suffix = {"auto": "", "off": "_unpacked", "on": "_packed"}  # system-name suffix per variant
+    if not set(args.packed.split(",")) <= set(suffix):
+        raise SystemExit(f"--packed {args.packed!r}: each variant must be auto, off or on")
+    for dtype, mode, packing in [(t, m, k) for t in args.ours.split(",") for m in args.modes.split(",")
+                                 for k in args.packed.split(",")]:
         d = run.fp32_dir if dtype == "fp32" else run.int8_dir
-        for mode in args.modes.split(","):
-            run.rss.phase(f"ours_{dtype}")
-            dec = Decider.from_dir(d, label_mode=mode, threads=args.threads)
-            eng = dec.engine
-            dec.run(workloads(run.tok)["W1"], label_mode=mode)  # first-run allocations, untimed
-            for wl, rq in run.reqs.items():
-                comp = dec.compiler.compile(parse_request(rq), label_mode=mode)
-                run.compiled[(wl, mode)] = comp
-                n_questions = len(comp.questions)
-                for cache in args.cache.split(","):
-                    before = (lambda rq=rq: (eng.clear_cache(), dec.run(warm_request(rq)))) if cache == "warm" else None
-                    acc = np.zeros(3)  # tokens computed, tokens logical, ORT runs of the timed calls
+        run.rss.phase(f"ours_{dtype}")
+        dec = Decider.from_dir(d, label_mode=mode, threads=args.threads,
+                               packed={"auto": None, "off": False, "on": True}[packing])
+        eng = dec.engine
+        run.res.setdefault("packed", {})[f"{dtype}{suffix[packing]}"] = {"packed": eng.packed,
+                                                                        "reason": eng.packed_reason}
+        dec.run(workloads(run.tok)["W1"], label_mode=mode)  # first-run allocations, untimed
+        for wl, rq in run.reqs.items():
+            comp = dec.compiler.compile(parse_request(rq), label_mode=mode)
+            run.compiled[(wl, mode)] = comp
+            n_questions = len(comp.questions)
+            for cache in args.cache.split(","):
+                before = (lambda rq=rq: (eng.clear_cache(), dec.run(warm_request(rq)))) if cache == "warm" else None
+                acc = np.zeros(3)  # tokens computed, tokens logical, ORT runs of the timed calls
 
-                    def fn(rq: dict = rq, u: bool = cache == "warm", acc: np.ndarray = acc) -> dict:
-                        s0 = np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs])
-                        probs = dec.probabilities(rq, use_cache=u)  # = run() minus the reducers
-                        acc += np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs]) - s0
-                        return probs
+                def fn(rq: dict = rq, u: bool = cache == "warm", acc: np.ndarray = acc) -> dict:
+                    s0 = np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs])
+                    probs = dec.probabilities(rq, use_cache=u)  # = run() minus the reducers
+                    acc += np.array([eng.stats.tokens_computed, eng.stats.tokens_logical, eng.stats.runs]) - s0
+                    return probs
 
-                    times, probs = timed(fn, args.trials, f"ours {dtype} {mode} {cache} {wl}", before, args.warmup)
-                    computed, logical, runs = acc / (args.trials + args.warmup)
-                    run.ours_probs[(wl, mode, dtype)] = probs
-                    med = float(np.median(times))
-                    run.record(f"ours_{dtype}_{mode}_cache-{cache}", wl, times, tokens_computed=round(computed),
-                               tokens_logical=round(logical), ort_runs=round(runs, 1),
-                               requests_per_s=round(1 / med, 3), questions_per_s=round(n_questions / med, 3),
-                               prefill_gflops=round(2 * run.params * computed / med / 1e9, 2))
-            if mode == args.modes.split(",")[0]:
-                measure_prefill(run, dtype, mode, eng)
-            dec = eng = None  # free this model before the next one loads
-            gc.collect()
+                times, probs = timed(fn, args.trials, f"ours {dtype} {mode} {cache} {wl}", before, args.warmup)
+                computed, logical, runs = acc / (args.trials + args.warmup)
+                run.ours_probs[(wl, mode, dtype)] = probs
+                med = float(np.median(times))
+                run.record(f"ours_{dtype}_{mode}_cache-{cache}{suffix[packing]}", wl, times,
+                           tokens_computed=round(computed),
+                           tokens_logical=round(logical), ort_runs=round(runs, 1),
+                           requests_per_s=round(1 / med, 3), questions_per_s=round(n_questions / med, 3),
+                           prefill_gflops=round(2 * run.params * computed / med / 1e9, 2))
+        if mode == args.modes.split(",")[0] and packing == args.packed.split(",")[0]:
+            measure_prefill(run, dtype, mode, eng)
+        dec = eng = None  # free this model before the next one loads
+        gc.collect()
 
 
 def measure_prefill(run: Run, dtype: str, mode: str, eng: Any) -> None:
@@ -939,6 +952,11 @@ def ratios(res: dict[str, Any], mode: str) -> dict[str, Any]:
             a, b = med("W4", f"ours_{dtype}_letters_cache-{cache}"), med("W4-5", f"ours_{dtype}_letters_cache-{cache}")
             if a and b and mode != "letters":
                 out[f"W4_over_W4-5/ours_{dtype}_letters_cache-{cache}"] = round(a / b, 2)
+    for wl in R:  # tree blocks: the same requests with every node a row / with the engine's default
+        for system in [k for k in R[wl] if k.endswith("_unpacked")]:
+            a, b = med(wl, system), med(wl, system[: -len("_unpacked")])
+            if a and b:
+                out[f"{wl}/packed_speedup/{system[: -len('_unpacked')]}"] = round(a / b, 2)
     w5 = R.get("W5", {})
     for a, b in (("sequential", "http_batched"), ("sequential", "http_unbatched"), ("http_unbatched", "http_batched")):
         if w5.get(a, {}).get("wall_s") and w5.get(b, {}).get("wall_s"):  # the same N requests
@@ -960,13 +978,13 @@ def ratios(res: dict[str, Any], mode: str) -> dict[str, Any]:
 def print_table(res: dict[str, Any]) -> None:
     print(f"\n{res['model']}  threads={res['threads']}  trials={res['trials']}  load {res['load_avg_start']} → "
           f"{res['load_avg_end']}", file=sys.stderr)
-    print(f"{'workload':8} {'system':34} {'median s':>9} {'p95 s':>8} {'computed':>9} {'logical':>8} {'GFLOP/s':>8}",
+    print(f"{'workload':8} {'system':40} {'median s':>9} {'p95 s':>8} {'computed':>9} {'logical':>8} {'GFLOP/s':>8}",
           file=sys.stderr)
     for wl, systems in res["results"].items():
         for name, r in systems.items():
             if "median_s" not in r:
                 continue
-            print(f"{wl:8} {name:34} {r['median_s']:9.3f} {r.get('p95_s', float('nan')):8.3f} "
+            print(f"{wl:8} {name:40} {r['median_s']:9.3f} {r.get('p95_s', float('nan')):8.3f} "
                   f"{r.get('tokens_computed', ''):>9} {r.get('tokens_logical', ''):>8} {r.get('prefill_gflops', ''):>8}",
                   file=sys.stderr)
     print("prefill", res.get("prefill"), "\npeaks", res.get("matmul_peaks_gflops"), "\nrss MB", res.get("peak_rss_mb"),

@@ -19,7 +19,8 @@ import numpy as np
 
 from .errors import ArtifactError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest this runtime reads; 1 differs only in a 2-D attention_mask
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
 _STAMP_FILE = ".verified.json"
 
 
@@ -112,9 +113,9 @@ def load_artifacts(root: str | Path, *, verify: bool = True) -> Artifacts:
         manifest = json.loads(manifest_path.read_text())
     except ValueError as e:
         raise ArtifactError(f"{manifest_path} is not valid JSON: {e}") from e
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in SUPPORTED_FORMAT_VERSIONS:
         raise ArtifactError(f"{manifest_path}: format_version {manifest.get('format_version')!r} "
-                            f"is not supported (this runtime reads {FORMAT_VERSION}); re-export")
+                            f"is not supported (this runtime reads {SUPPORTED_FORMAT_VERSIONS}); re-export")
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise ArtifactError(f"{manifest_path}: no 'files' hashes; re-run the export")

@@ -240,6 +240,9 @@ class Decider:
             ``max_rotations`` cyclic rotations of its options, score levels both ways, averaged).
         wording: a name of ``wording.WORDINGS``: the system prompt and the question block's fixed
             sentences (default ``"default"``, the wording the runtime has always used).
+        packed: tree blocks (question suffixes and label branches of a state in one row;
+            docs/METHOD.md). Default: on for float32 exports of format version 2, off for INT8
+            and 2-D-mask graphs; False turns them off, True forces them on INT8 (studies).
     """
 
     def __init__(self, artifacts: Artifacts, *, label_mode: LabelMode = "auto",
@@ -248,7 +251,8 @@ class Decider:
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
                  max_tokens: int | None = None, max_batch_rows: int | None = None,
                  max_call_kv_bytes: int = 4 << 30, cpu_check: bool = True,
-                 debias: Debias = "none", max_rotations: int = MAX_ROTATIONS, wording: str = "default"):
+                 debias: Debias = "none", max_rotations: int = MAX_ROTATIONS, wording: str = "default",
+                 packed: bool | None = None):
         if debias not in debiasing.DEBIAS_MODES:
             raise ValueError(f"debias must be one of {', '.join(debiasing.DEBIAS_MODES)}, got {debias!r}")
         debiasing.rotation_shifts(1, max_rotations)  # validates max_rotations >= 1
@@ -264,7 +268,7 @@ class Decider:
                                  wording=wording)
         self.engine = Engine(artifacts, threads=threads, providers=providers, cache_bytes=cache_bytes,
                              max_batch_rows=max_batch_rows, max_call_kv_bytes=max_call_kv_bytes,
-                             cpu_check=cpu_check)
+                             cpu_check=cpu_check, packed=packed)
         if isinstance(calibration, (str, Path)):
             calibration = CalibrationFile.load(calibration)
         self.calibration: CalibrationFile | None = calibration

@@ -9,12 +9,17 @@ computed as ``last_hidden_state[last] @ lm_head[allowed].T`` — never the full 
 
 Work is shared in two ways:
 - **within a call**, the contexts are arranged in a radix tree (a compressed token trie). Each
-  edge (a run of tokens) is computed once, on top of its parent's KV cache; all edges whose parents
-  are ready are batched into one ``session.run`` (right-padded, positions continuing from each
-  row's past). For a request that is: one prefill of the shared state prefix, one batched step for
-  all question suffixes, one batched step for all multi-token label branches. Each node keeps only
-  the KV of its own edge (a compact segment); a row's past is the concatenation of its path's
-  segments, so a call holds each distinct token's KV once.
+  edge (a run of tokens) is computed once, on top of its parent's KV cache. With an export whose
+  attention_mask is 4-D (format version 2), every ready node's pending subtree — a state, its
+  question suffixes and their label branches — runs as ONE row over ONE copy of that node's past,
+  a tree block (tree_block.py: each token sees the past and its own ancestors; positions = past +
+  depth); blocks share a ``session.run`` as right-padded rows, and a subtree over the budgets runs
+  its top node as a row (a long one in chunks) and packs its children next. Without it (older
+  exports, sliding windows, INT8 by default: ``packed_reason``) each level of nodes whose parents
+  are ready runs as rows, each row stacking its parent's KV. Each
+  node keeps only the KV of its own edge (a compact segment, its columns of the run's present); a
+  row's past is the concatenation of its path's segments, so a call holds each distinct token's
+  KV once.
 - **across calls**, KV caches of prefixes (the system prompt, a recently seen state) sit in an LRU
   cache with a byte budget. Every request's checkpoints are nodes of the tree, looked up and stored
   per request, so a state seen before is reused whether it comes alone or in a batch.
@@ -44,6 +49,7 @@ from .cpu import usable_cores
 from .errors import EngineError
 from .quantized import check_cpu, graph_file, rows_independent
 from .readout import streaming_logsumexp
+from .tree_block import Block, chain, depths, lay_out, mask_bytes, tree_mask
 
 _PAST_RE = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 
@@ -246,6 +252,10 @@ class Backbone:
         self.kv_heads, self.head_dim = arch.num_kv_heads, arch.head_dim
         self.output_names = ["last_hidden_state"] + [n for pair in self.present_names for n in pair]
         self.pad_id = int(artifacts.tokenizer_info.get("pad_token_id") or 0)
+        # Format version 2: attention_mask is (batch, 1, seq, past_seq + seq) bool (tree_block.py),
+        # which lets one row hold a tree of nodes; version 1 and adopted graphs take (batch, total).
+        self.takes_tree_mask = len(inputs["attention_mask"].shape) == 4
+        self.num_heads = arch.num_attention_heads or arch.num_kv_heads
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -259,16 +269,34 @@ class Backbone:
 
     def run(self, runs: Sequence[Sequence[int]], past: KVRows) -> tuple[np.ndarray, KVRows]:
         """Feed one token run per row after ``past``; return (last-real-position hidden (B, H), present)."""
-        b = len(runs)
-        s = max(len(r) for r in runs)
+        hidden, present = self.run_blocks([chain(r) for r in runs], past)
+        last = np.array([len(r) - 1 for r in runs])
+        return hidden[np.arange(len(runs)), last], present                            # (B, H)
+
+    def run_blocks(self, blocks: Sequence[Block], past: KVRows) -> tuple[np.ndarray, KVRows]:
+        """Feed one block per row after ``past`` (right-padded); return (hidden (B, S, H), present).
+
+        A chain (an ordinary run) goes to either graph; a tree block needs the 4-D mask
+        (``tree_mask``). ``present.next_pos`` is meaningful for chains only.
+        """
+        b = len(blocks)
+        s = max(len(k) for k in blocks)
         input_ids = np.full((b, s), self.pad_id, np.int64)
         new_mask = np.zeros((b, s), np.int64)
-        for i, r in enumerate(runs):
-            input_ids[i, : len(r)] = r
-            new_mask[i, : len(r)] = 1
-        position_ids = past.next_pos[:, None] + np.arange(s, dtype=np.int64)[None, :]  # (B, S)
-        mask = np.concatenate([past.mask, new_mask], axis=1)                         # (B, T+S)
-        feed: dict[str, np.ndarray] = {"input_ids": input_ids, "attention_mask": mask,
+        depth = np.tile(np.arange(s, dtype=np.int64), (b, 1))                        # (B, S); pads count on
+        for i, k in enumerate(blocks):
+            input_ids[i, : len(k)] = k.tokens
+            new_mask[i, : len(k)] = 1
+            depth[i, : len(k)] = depths(k.parent)
+        position_ids = past.next_pos[:, None] + depth                                  # (B, S)
+        mask = np.concatenate([past.mask, new_mask], axis=1)                           # (B, T+S)
+        if self.takes_tree_mask:
+            attention = tree_mask(past.mask, blocks, s)                                # (B, 1, S, T+S)
+        else:
+            assert all(np.array_equal(k.parent, chain(k.tokens).parent) for k in blocks), \
+                "a 2-D-mask graph runs chains only"
+            attention = mask
+        feed: dict[str, np.ndarray] = {"input_ids": input_ids, "attention_mask": attention,
                                        "position_ids": position_ids}
         for (kn, vn), k, v in zip(self.past_names, past.keys, past.values):
             feed[kn], feed[vn] = k, v
@@ -276,12 +304,9 @@ class Backbone:
             out = self.session.run(self.output_names, feed)
         except Exception as e:
             raise EngineError(f"ONNX Runtime failed on a batch of {b} rows × {s} tokens: {e}") from e
-        hidden = out[0]                                                                  # (B, S, H)
-        last = np.array([len(r) - 1 for r in runs])
-        h_last = hidden[np.arange(b), last]                                              # (B, H)
         present = KVRows(list(out[1::2]), list(out[2::2]), mask,
-                         past.next_pos + np.array([len(r) for r in runs], np.int64))
-        return h_last, present
+                         past.next_pos + np.array([len(k) for k in blocks], np.int64))
+        return out[0], present                                                         # (B, S, H)
 
 
 # --------------------------------------------------------------------------- engine
@@ -296,6 +321,7 @@ class EngineStats:
     cache_hits: int = 0
     cache_misses: int = 0
     cache_tokens_reused: int = 0
+    packed_rows: int = 0          # rows that held a tree block of more than one node
 
 
 class Engine:
@@ -311,9 +337,12 @@ class Engine:
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
                  max_batch_rows: int | None = None, max_batch_tokens: int = 8192,
                  max_batch_kv_bytes: int = 1 << 30, max_call_kv_bytes: int = 4 << 30,
-                 prefill_chunk: int = 2048, cpu_check: bool = True):
+                 prefill_chunk: int = 2048, cpu_check: bool = True, packed: bool | None = None):
         self.artifacts = artifacts
         self.backbone = Backbone(artifacts, threads=threads, providers=providers)
+        # Tree blocks (tree_block.py) when the graph takes the 4-D mask; ``packed_reason`` says
+        # why not otherwise. packed=True forces them on INT8 (for studies), packed=False turns them off.
+        self.packed, self.packed_reason = _packing(artifacts, self.backbone, packed)
         self.lm_head = artifacts.lm_head                       # (vocab, H) memory-mapped
         arch = artifacts.architecture
         self.logit_scale = float(arch.logit_scale or 1.0)
@@ -419,7 +448,7 @@ class Engine:
             out = []
             for c, a in zip(contexts, allowed):
                 node = _Node(tuple(c), _Node((), None))
-                self._run_group([node])
+                self._run_group([[node]])
                 out.append(self.logits(node.hidden, a))
                 if hidden_out is not None:
                     hidden_out.append(node.hidden)
@@ -433,13 +462,18 @@ class Engine:
         todo = self._plan(root)
         self._check_call_bytes(todo)
         pending = set(todo)
-        level = [n for n in todo if n.parent not in pending]
-        while level:  # nodes whose parent is ready, batched per run
+        # Items whose parent is ready (cached, computed, or the root), batched per run: packed,
+        # each ready node's pending subtree as tree blocks; unpacked, each node a row.
+        first = [n for n in todo if n.parent not in pending]
+        level = self._pack(first, pending) if self.packed else [[n] for n in first]
+        while level:
             for start in range(0, len(level), self.max_batch_rows):
                 for group in self._token_groups(level[start : start + self.max_batch_rows]):
                     self._run_group(group)
-            pending.difference_update(level)
-            level = [c for n in level for c in n.children.values() if c in pending]
+            done = [n for item in level for n in item]
+            pending.difference_update(done)
+            below = [c for n in done for c in n.children.values() if c in pending]
+            level = self._pack(below, pending) if self.packed else [[c] for c in below]
         if use_cache and self.cache_bytes > 0:
             per_token = self.backbone.kv_bytes_per_token
             for node in todo:  # copy a prefix's segments into one row only when the cache can hold it
@@ -535,41 +569,87 @@ class Engine:
                 f"engine's max_call_kv_bytes ({self.max_call_kv_bytes / 2**20:.0f} MiB): send fewer or shorter "
                 f"requests at once, or raise the budget")
 
-    def _token_groups(self, nodes: list[_Node]) -> list[list[_Node]]:
-        """Split a batch so that rows × longest run stays under ``max_batch_tokens`` and the
-        stacked past + present of the rows stays under ``max_batch_kv_bytes`` — and, with
-        ``equal_pasts``, so that the rows of a run have pasts of one length.
+    def _pack(self, nodes: list[_Node], pending: set[_Node]) -> list[list[_Node]]:
+        """Tree blocks for ``nodes`` (children of ready nodes): per ready parent, its children's
+        pending subtrees in depth-first order, whole subtrees per block, a new block when one
+        would pass ``_fits``. A child whose subtree alone does not fit runs as a block of itself
+        (its own children are packed in the next round, over its KV).
 
-        The second bound matters for many label branches after a long prompt: 40 rows over a
+        Suffixes and labels go in one block rather than one packed level each: every run streams
+        all weights and copies the past once more (docs/benchmarks.md, "Tree blocks").
+        """
+        by_parent: dict[int, list[_Node]] = {}
+        for n in nodes:
+            by_parent.setdefault(id(n.parent), []).append(n)
+        items: list[list[_Node]] = []
+        for children in by_parent.values():
+            past = children[0].start
+            cur: list[_Node] = []
+            for child in children:
+                tree = _subtree(child, pending)
+                if not self._fits(past, sum(len(n.tokens) for n in tree)):
+                    items.append([child])
+                elif self._fits(past, sum(len(n.tokens) for n in cur + tree)):
+                    cur += tree
+                else:
+                    items.append(cur)
+                    cur = tree
+            if cur:
+                items.append(cur)
+        return items
+
+    def _fits(self, past: int, q: int) -> bool:
+        """One row of q tokens after ``past`` within the budgets: q <= the prefill chunk and the
+        batch token cap; past + present and the (q, past + q) mask and scores <= max_batch_kv_bytes."""
+        per_token = self.backbone.kv_bytes_per_token
+        held = 2 * (past + q) * per_token + mask_bytes(1, q, past + q, self.backbone.num_heads)
+        return q <= min(self.prefill_chunk, self.max_batch_tokens) and held <= self.max_batch_kv_bytes
+
+    def _token_groups(self, items: list[list[_Node]]) -> list[list[list[_Node]]]:
+        """Split a batch of items (rows: one node, or a tree block) so that rows × longest row
+        stays under ``max_batch_tokens`` and the stacked past + present of the rows (and, for a
+        4-D-mask graph, the mask and one layer's scores) stay under ``max_batch_kv_bytes`` — and,
+        with ``equal_pasts``, so that the rows of a run have pasts of one length.
+
+        The byte bound matters for many label branches after a long prompt: 40 rows over a
         1,221-token past of the 1.5B model would stack 2.8 GB of past and get as much present back.
         """
         per_token = self.backbone.kv_bytes_per_token
-        groups: list[list[_Node]] = []
-        cur: list[_Node] = []
+        heads = self.backbone.num_heads if self.backbone.takes_tree_mask else 0
+        groups: list[list[list[_Node]]] = []
+        cur: list[list[_Node]] = []
         longest = past = 0
-        starts = {id(n): n.start for n in nodes}
-        order = sorted(nodes, key=lambda n: (starts[id(n)], len(n.tokens)) if self.equal_pasts else len(n.tokens))
-        for n in order:
-            start = starts[id(n)]
-            longest_new, past_new = max(longest, len(n.tokens)), max(past, start)
+        starts = {id(it[0]): it[0].start for it in items}
+        sizes = {id(it[0]): sum(len(n.tokens) for n in it) for it in items}
+
+        def key(it: list[_Node]) -> tuple[int, int] | int:
+            return (starts[id(it[0])], sizes[id(it[0])]) if self.equal_pasts else sizes[id(it[0])]
+
+        for it in sorted(items, key=key):
+            start, size = starts[id(it[0])], sizes[id(it[0])]
+            longest_new, past_new = max(longest, size), max(past, start)
             rows = len(cur) + 1
             too_many_tokens = longest_new * rows > self.max_batch_tokens
-            too_many_bytes = 2 * rows * (past_new + longest_new) * per_token > self.max_batch_kv_bytes
-            other_past = self.equal_pasts and cur and start != starts[id(cur[0])]
+            held = 2 * rows * (past_new + longest_new) * per_token
+            if heads:
+                held += mask_bytes(rows, longest_new, past_new + longest_new, heads)
+            too_many_bytes = held > self.max_batch_kv_bytes
+            other_past = self.equal_pasts and cur and start != starts[id(cur[0][0])]
             if cur and (too_many_tokens or too_many_bytes or other_past):
                 groups.append(cur)
-                cur, longest_new, past_new = [], len(n.tokens), start
-            cur.append(n)
+                cur, longest_new, past_new = [], size, start
+            cur.append(it)
             longest, past = longest_new, past_new
         if cur:
             groups.append(cur)
         return groups
 
-    def _run_group(self, group: list[_Node]) -> None:
-        """Run each node's edge after its parent's prefix, as one batch; keep each node's own KV
-        segment (a compact copy) and its last hidden state. A lone long edge runs in chunks."""
-        if len(group) == 1 and len(group[0].tokens) > self.prefill_chunk:
-            node = group[0]
+    def _run_group(self, group: list[list[_Node]]) -> None:
+        """Run each item (a node's edge, or a tree block) after its parent's prefix, as one batch;
+        keep each node's own KV segment (a compact copy of its columns of present) and its last
+        hidden state. A lone long edge runs in chunks."""
+        if len(group) == 1 and len(group[0]) == 1 and len(group[0][0].tokens) > self.prefill_chunk:
+            node = group[0][0]
             segs = node.parent.path_kv() if node.parent is not None else []
             past = stack_paths([segs], self.backbone.kv_dtype) if segs else self.backbone.empty(1)
             start = past.length
@@ -580,17 +660,21 @@ class Engine:
                 hidden, past, _ = self._run_past([run], past)
             node.kv, node.hidden = past.slice(0, start, past.length), hidden[0]
             return
-        paths = [n.parent.path_kv() if n.parent is not None else [] for n in group]
-        hidden, present, past_len = self._run_rows([n.tokens for n in group], paths)
-        for b, node in enumerate(group):
-            node.hidden = hidden[b]
-            node.kv = present.slice(b, past_len, past_len + len(node.tokens))
-
-    def _run_rows(self, runs: list[tuple[int, ...]], paths: list[list[KVRows]]
-                  ) -> tuple[np.ndarray, KVRows, int]:
-        """(last hidden (B, H), present, where the new tokens start in present)."""
-        past = stack_paths(paths, self.backbone.kv_dtype) if any(paths) else self.backbone.empty(len(runs))
-        return self._run_past(runs, past)
+        paths = [it[0].parent.path_kv() if it[0].parent is not None else [] for it in group]
+        blocks = [_block(it) for it in group]
+        past = stack_paths(paths, self.backbone.kv_dtype) if any(paths) else self.backbone.empty(len(group))
+        with self._run_lock:
+            hidden, present = self.backbone.run_blocks(blocks, past)                  # (B, S, H)
+        with self._lock:
+            self.stats.runs += 1
+            self.stats.tokens_computed += sum(len(k) for k in blocks)
+            self.stats.packed_rows += sum(len(it) > 1 for it in group)
+        t = past.length
+        for b, (it, block) in enumerate(zip(group, blocks)):
+            for node, at in zip(it, block.offsets):
+                end = at + len(node.tokens)
+                node.hidden = hidden[b, end - 1].copy()
+                node.kv = present.slice(b, t + at, t + end)
 
     def _run_past(self, runs: list[tuple[int, ...]], past: KVRows) -> tuple[np.ndarray, KVRows, int]:
         with self._run_lock:
@@ -599,6 +683,42 @@ class Engine:
             self.stats.runs += 1
             self.stats.tokens_computed += sum(len(r) for r in runs)
         return hidden, present, past.length
+
+
+def _subtree(node: _Node, pending: set[_Node]) -> list[_Node]:
+    """``node`` and its pending descendants in depth-first preorder (a tree block's layout)."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(reversed([c for c in n.children.values() if c in pending]))
+    return out
+
+
+def _block(item: list[_Node]) -> Block:
+    """The row of an item: nodes in depth-first preorder whose top nodes share one parent (the past)."""
+    index = {id(n): k for k, n in enumerate(item)}
+    assert all(id(n.parent) in index or n.parent is item[0].parent for n in item)
+    return lay_out([n.tokens for n in item], [index.get(id(n.parent), -1) for n in item])
+
+
+def _packing(artifacts: Artifacts, backbone: Backbone, wanted: bool | None) -> tuple[bool, str]:
+    """(use tree blocks?, why or why not). They need the 4-D mask (format version 2). INT8 stays
+    unpacked by default: a block's masked sibling columns move float sums by ~1e-7, which can tip a
+    per-token rounding in the next INT8 MatMul (see ``equal_pasts``): 0.086 measured on the tiny
+    model (docs/benchmarks.md, "Tree blocks")."""
+    if not backbone.takes_tree_mask:
+        why = ("the graph's attention_mask is 2-D (an export before format version 2, a sliding-window "
+               "model, whose window a 4-D mask would bypass, or an adopted graph): every node runs as a row")
+        if wanted:
+            raise EngineError(f"packed=True: {why}; re-export with typed-decisions export for tree blocks")
+        return False, why
+    if wanted is False:
+        return False, "packed=False"
+    if artifacts.quantization is not None and not wanted:
+        return False, ("INT8: masked sibling columns can tip per-token activation rounding, so packed "
+                       "answers would depend on batch-mates; rows stay unpacked (packed=True forces)")
+    return True, "tree blocks: one row per ready node's pending subtree"
 
 
 def _has_checkpoint(node: _Node) -> bool:

@@ -18,11 +18,11 @@ from .errors import ExportError, SelfCheckError
 from .loading import load_source
 from .layout import ONNX_FILE, SELF_CHECK_FAILURE_FILE, make_logger, peak_rss_bytes, prepare_out_dir
 from .manifest import (
-    FORMAT_VERSION,
     LM_HEAD_FILE,
     MANIFEST_FILE,
     architecture,
     file_hashes,
+    format_version,
     lm_head_weight,
     package_versions,
     write_manifest,
@@ -94,10 +94,11 @@ def export_model(
         )
 
     manifest: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version(geometry["attention_mask"]),
         "name": name or default_name,
         "architecture": arch,
         "onnx_file": ONNX_FILE,
+        "attention_mask": geometry["attention_mask"],
         "dtype": "float32",
         "opset": opset,
         "quantization": None,

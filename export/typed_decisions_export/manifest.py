@@ -18,7 +18,14 @@ import numpy as np
 from .errors import ExportError
 from .loading import sha256_file
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the attention_mask input is (batch, 1, seq, past_seq + seq) bool
+FORMAT_VERSION_2D_MASK = 1  # the attention_mask input is (batch, past_seq + seq): still written where
+# a 4-D mask does not apply (sliding-window models, adopted graphs), so older runtimes read them.
+
+
+def format_version(attention_mask: str) -> int:
+    """The manifest's format_version for a graph whose attention_mask is "4d" or "2d"."""
+    return FORMAT_VERSION if attention_mask == "4d" else FORMAT_VERSION_2D_MASK
 MANIFEST_FILE = "manifest.json"
 LM_HEAD_FILE = "lm_head.npy"
 
@@ -68,9 +75,8 @@ def logit_scale_of(config: Any) -> float:
 def architecture(config: Any, geometry: dict[str, int], lm_head_shape: tuple[int, int]) -> dict[str, Any]:
     """The manifest's `architecture` from the config and the traced cache geometry."""
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    layer_types = getattr(config, "layer_types", None) or []
     window = getattr(config, "sliding_window", None)
-    uses_window = "sliding_attention" in layer_types if layer_types else bool(getattr(config, "use_sliding_window", window))
+    uses_window = uses_sliding_window(config)
     softcap = getattr(config, "final_logit_softcapping", None)
     return {
         "model_type": config.model_type,
@@ -85,6 +91,17 @@ def architecture(config: Any, geometry: dict[str, int], lm_head_shape: tuple[int
         "logit_scale": logit_scale_of(config),
         "max_position_embeddings": getattr(config, "max_position_embeddings", None),
     }
+
+
+def uses_sliding_window(config: Any) -> bool:
+    """Whether some layer attends through a sliding window (then the graph keeps the 2-D mask:
+    a 4-D mask is used as is by transformers and would bypass the window)."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layer_types = getattr(config, "layer_types", None) or []
+    window = getattr(config, "sliding_window", None)
+    if layer_types:
+        return "sliding_attention" in layer_types
+    return bool(window and getattr(config, "use_sliding_window", True))
 
 
 def file_hashes(out_dir: Path) -> dict[str, str]:

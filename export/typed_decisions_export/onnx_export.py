@@ -5,6 +5,12 @@ returns `last_hidden_state, present.{i}.key/.value` (docs/FORMAT.md). One graph 
 prefill (empty past, past_seq = 0) and cached suffix steps. The LM head is left out: the runtime
 multiplies the last hidden state by a handful of LM-head rows, never by the whole vocabulary.
 
+`attention_mask` is 4-D, (B, 1, T, P + T) bool, True = attend (format version 2): transformers
+uses a 4-D mask as is (masking_utils' `_preprocess_mask_arguments` returns early), so the runtime
+decides who sees whom and can lay a tree of contexts out in one row (typed_decisions/tree_block.py).
+Sliding-window models keep the 2-D (B, P + T) padding mask (format version 1): a 4-D mask would
+bypass the sliding mask that transformers builds from the 2-D one.
+
 Every layer's cache is a plain `DynamicLayer` (full), also for sliding-window layers: a
 `DynamicSlidingWindowLayer` would truncate the past to the window, and then the `present.*` of
 different layers would have different lengths. Sliding layers are masked by transformers' sliding
@@ -90,7 +96,7 @@ def flat_cache_backbone(model: Any, num_layers: int) -> Any:
             cache = DynamicCache(ddp_cache_data=pairs)
             out = self.base(
                 input_ids=input_ids,  # (B, T)
-                attention_mask=attention_mask,  # (B, P + T)
+                attention_mask=attention_mask,  # (B, 1, T, P + T) bool, or (B, P + T) int64
                 position_ids=position_ids,  # (B, T)
                 use_cache=True,
                 **{cache_kw: cache},
@@ -103,32 +109,41 @@ def flat_cache_backbone(model: Any, num_layers: int) -> Any:
     return FlatCacheBackbone().eval()
 
 
-def example_inputs(num_layers: int, num_kv_heads: int, head_dim: int) -> tuple:
+def example_inputs(num_layers: int, num_kv_heads: int, head_dim: int, *, mask_4d: bool = True) -> tuple:
     """Tracing inputs: (input_ids, attention_mask, position_ids, flat_past) with example sizes."""
     import torch
 
     b, t, p = _EXAMPLE_BATCH, _EXAMPLE_SEQ, _EXAMPLE_PAST
     input_ids = torch.randint(3, 100, (b, t))  # (B, T)
-    attention_mask = torch.ones(b, p + t, dtype=torch.int64)  # (B, P + T)
+    if mask_4d:  # causal over the past: query i sees columns j <= P + i
+        cols, rows = torch.arange(p + t)[None, :], p + torch.arange(t)[:, None]
+        attention_mask = (cols <= rows).expand(b, 1, t, p + t).contiguous()  # (B, 1, T, P + T) bool
+    else:
+        attention_mask = torch.ones(b, p + t, dtype=torch.int64)  # (B, P + T)
     position_ids = torch.arange(p, p + t).expand(b, t).contiguous()  # (B, T)
     flat_past = tuple(torch.randn(b, num_kv_heads, p, head_dim) for _ in range(2 * num_layers))
     return input_ids, attention_mask, position_ids, flat_past
 
 
 def export_backbone(model: Any, onnx_path: Path, *, opset: int = 18, log=print) -> dict[str, Any]:
-    """Export the backbone to `onnx_path` (+ `<name>.data` external weights); returns cache facts."""
+    """Export the backbone to `onnx_path` (+ `<name>.data` external weights); returns cache facts
+    and which attention_mask the graph takes ("4d", or "2d" for sliding-window models)."""
     import torch
+
+    from .manifest import uses_sliding_window
 
     num_layers, num_kv_heads, head_dim = cache_geometry(model)
     module = flat_cache_backbone(model, num_layers)
-    args = example_inputs(num_layers, num_kv_heads, head_dim)
+    mask_4d = not uses_sliding_window(model.config)
+    args = example_inputs(num_layers, num_kv_heads, head_dim, mask_4d=mask_4d)
     dynamic_shapes = (
         {0: "batch", 1: "sequence"},
-        {0: "batch", 1: "total_sequence"},
+        {0: "batch", 2: "sequence", 3: "total_sequence"} if mask_4d else {0: "batch", 1: "total_sequence"},
         {0: "batch", 1: "sequence"},
         tuple({0: "batch", 2: "past_sequence"} for _ in range(2 * num_layers)),
     )
-    log(f"exporting backbone: {num_layers} layers, {num_kv_heads} KV heads, head_dim {head_dim}, opset {opset} ...")
+    log(f"exporting backbone: {num_layers} layers, {num_kv_heads} KV heads, head_dim {head_dim}, opset {opset}, "
+        f"{'4-D' if mask_4d else '2-D'} attention_mask ...")
     t0 = time.perf_counter()
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     # torch's exporter logs one line per torchvision op it cannot register (torchvision is not a
@@ -156,4 +171,5 @@ def export_backbone(model: Any, onnx_path: Path, *, opset: int = 18, log=print) 
     if not data_path.is_file():
         raise ExportError(f"the exporter wrote no external-data file {data_path.name}")
     log(f"exported backbone in {time.perf_counter() - t0:.1f} s")
-    return {"num_layers": num_layers, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
+    return {"num_layers": num_layers, "num_kv_heads": num_kv_heads, "head_dim": head_dim,
+            "attention_mask": "4d" if mask_4d else "2d"}

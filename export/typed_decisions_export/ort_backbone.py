@@ -29,6 +29,14 @@ class OrtBackbone:
         past = [i for i in self.session.get_inputs() if i.name.startswith("past_key_values.")]
         self.num_layers = len(past) // 2
         self.num_kv_heads, self.head_dim = int(past[0].shape[1]), int(past[0].shape[3])
+        mask = next(i for i in self.session.get_inputs() if i.name == "attention_mask")
+        self.mask_4d = len(mask.shape) == 4  # format version 2: (B, 1, T, P + T) bool
+
+    def mask_feed(self, attention_mask: np.ndarray, seq: int) -> np.ndarray:
+        """The graph's attention_mask from a 2-D padding mask (B, P + T): as is, or its causal 4-D form."""
+        from typed_decisions.tree_block import causal_mask
+
+        return causal_mask(attention_mask, seq) if self.mask_4d else attention_mask.astype(np.int64)
 
     def empty_past(self, batch: int) -> list[np.ndarray]:
         """Flat past with past_seq = 0: [(B, kv_heads, 0, head_dim)] * 2 * num_layers."""
@@ -37,7 +45,7 @@ class OrtBackbone:
     def run(
         self,
         input_ids: np.ndarray,  # (B, T) int64
-        attention_mask: np.ndarray,  # (B, P + T) int64
+        attention_mask: np.ndarray,  # (B, P + T) int64 (made 4-D here when the graph takes that)
         position_ids: np.ndarray,  # (B, T) int64
         past: list[np.ndarray] | None = None,  # 2 * num_layers of (B, kv_heads, P, head_dim)
     ) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -46,7 +54,7 @@ class OrtBackbone:
         past = self.empty_past(batch) if past is None else past
         feed: dict[str, Any] = {
             "input_ids": input_ids.astype(np.int64),
-            "attention_mask": attention_mask.astype(np.int64),
+            "attention_mask": self.mask_feed(attention_mask, seq),
             "position_ids": position_ids.astype(np.int64),
         }
         feed.update(zip(self.input_names[3:], past))

@@ -315,7 +315,7 @@ def _activation_absmax(onnx_path: Path, tensors: list[str], prompts: list[list[i
         names = ort.input_names
         for k, ids in enumerate(prompts):
             n = len(ids)
-            feed = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, n), np.int64),
+            feed = {"input_ids": np.array([ids], np.int64), "attention_mask": ort.mask_feed(np.ones((1, n), np.int64), n),
                     "position_ids": np.arange(n, dtype=np.int64)[None]}
             feed.update(zip(names[3:], ort.empty_past(1)))
             for name, value in zip(tensors, ort.session.run(tensors, feed)):

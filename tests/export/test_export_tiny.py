@@ -23,7 +23,7 @@ from typed_decisions_export.selfcheck import TOLERANCES
 
 CHECKS = ("prefill", "left_padded_batch", "cached_step_1", "cached_step_3", "right_padded_suffixes")
 MANIFEST_KEYS = {
-    "format_version", "name", "architecture", "onnx_file", "dtype", "opset", "quantization", "lm_head",
+    "format_version", "name", "architecture", "onnx_file", "attention_mask", "dtype", "opset", "quantization", "lm_head",
     "tokenizer", "source", "versions", "export", "self_check", "files",
 }
 ARCH_KEYS = {
@@ -65,7 +65,12 @@ def test_directory_matches_format(tiny_exports, tiny_folders, arch):
     assert json.loads((out / "manifest.json").read_text()) == manifest
     assert set(manifest) == MANIFEST_KEYS
     assert set(manifest["architecture"]) == ARCH_KEYS
-    assert manifest["format_version"] == 1 and manifest["opset"] >= 18
+    assert manifest["opset"] >= 18
+    # A 4-D (tree) mask except where it would bypass a sliding window (format version 2 vs 1),
+    # and the graph really takes what the manifest says.
+    sliding = manifest["architecture"]["sliding_window"] is not None
+    assert (manifest["attention_mask"], manifest["format_version"]) == (("2d", 1) if sliding else ("4d", 2))
+    assert OrtBackbone(out / "model.onnx").mask_4d == (not sliding)
     assert manifest["onnx_file"] == "model.onnx" and manifest["dtype"] == "float32"
     assert manifest["quantization"] is None
     assert manifest["source"]["kind"] == "hf_folder" and len(manifest["source"]["sha256"]) == 64
@@ -210,3 +215,46 @@ def test_folder_without_config_and_non_gguf_file_are_refused(tmp_path):
 def test_unknown_catalogue_name_is_refused(tmp_path):
     with pytest.raises(ExportError, match="no-such-model"):
         export_model("no-such-model", tmp_path / "out", progress=False)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_engine_tree_blocks_match_transformers(tiny_exports, tiny_folders, arch):
+    """The runtime engine on each architecture: a tree of contexts (one shared prefix, suffixes,
+    branches below branches) packed into tree blocks where the graph takes the 4-D mask, every
+    node a row where it does not (sliding windows: refused with the reason), and both equal to a
+    full transformers forward of each context (restricted softmax within 1e-5)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from typed_decisions.artifacts import load_artifacts
+    from typed_decisions.engine import Engine
+    from typed_decisions.errors import EngineError
+
+    out, manifest = tiny_exports[arch]
+    sliding = manifest["architecture"]["sliding_window"] is not None
+    art = load_artifacts(out)
+    prefix = list(range(20, 40))  # longer than the window of 8
+    tails = [[50], [50, 51], [50, 51, 52], [50, 53], [60, 61], [60, 62, 63, 64], [70]]
+    contexts = [prefix + t for t in tails]
+    allowed = [[5, 6, 7, 100, 200]] * len(contexts)
+    engine = Engine(art, threads=2, cache_bytes=0)
+    assert engine.packed == (not sliding), engine.packed_reason
+    got = engine.next_token_logits(contexts, allowed, cache_points=[len(prefix)])
+    if sliding:
+        assert "2-D" in engine.packed_reason and engine.stats.packed_rows == 0
+        with pytest.raises(EngineError, match="packed=True: the graph's attention_mask is 2-D"):
+            Engine(art, threads=2, packed=True)
+    else:
+        assert engine.stats.packed_rows == 1 and engine.stats.runs == 1  # the whole tree in one block
+    rows = Engine(art, threads=2, cache_bytes=0, packed=False).next_token_logits(contexts, allowed)
+    model = AutoModelForCausalLM.from_pretrained(tiny_folders[arch], dtype=torch.float32).eval()
+
+    def soft(z):
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    for ctx, a, g, r in zip(contexts, allowed, got, rows):
+        with torch.no_grad():
+            full = model(input_ids=torch.tensor([ctx])).logits[0, -1, a].double().numpy()
+        np.testing.assert_allclose(soft(g), soft(r), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(soft(g), soft(full), atol=1e-5, rtol=0)

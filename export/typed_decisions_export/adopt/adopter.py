@@ -23,7 +23,7 @@ from typed_decisions.artifacts import sha256_file
 
 from ..errors import SelfCheckError
 from ..layout import ONNX_FILE, SELF_CHECK_FAILURE_FILE, make_logger, peak_rss_bytes, prepare_out_dir
-from ..manifest import FORMAT_VERSION, LM_HEAD_FILE, MANIFEST_FILE, architecture, file_hashes, write_manifest
+from ..manifest import FORMAT_VERSION_2D_MASK, LM_HEAD_FILE, MANIFEST_FILE, architecture, file_hashes, write_manifest
 from .check import plan_prompts, reference_sequences, run_adopt_check, source_logits
 from .errors import AdoptError
 from .graph import Head, cut_head, find_head
@@ -139,10 +139,11 @@ def adopt_onnx(src_dir: str | Path, out_dir: str | Path, *, name: str | None = N
                              f"{'; '.join(check['failures'])} (details in {SELF_CHECK_FAILURE_FILE})")
 
     manifest: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
+        "format_version": FORMAT_VERSION_2D_MASK,  # Optimum's (B, P + T) mask: never packed
         "name": name or src.root.name,
         "architecture": arch,
         "onnx_file": ONNX_FILE,
+        "attention_mask": "2d",
         "dtype": "float16" if src.kv_dtype == "float16" else "float32",
         "opset": src.opset,
         "quantization": None,

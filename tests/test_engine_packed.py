@@ -1,0 +1,156 @@
+"""Tree blocks on the tiny real model: packed answers = unpacked (radix-batched rows) answers =
+an independent transformers forward of each full prompt, within 1e-5 (float32).
+
+Packed: after a node's KV is ready, its pending subtree (question suffixes, label branches, or a
+whole request under a shared head) runs as one row with a tree mask (typed_decisions/tree_block.py).
+Unpacked: ``packed=False``, every node a row of its own (the engine before tree blocks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from td_invariance import TOL, A, B, C, request, vector
+from test_engine_oracle import STATES, THREE, compiled, oracle_option_probs
+
+from typed_decisions.decider import Decider
+
+pytestmark = pytest.mark.model
+
+MANY = {**THREE, **{f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(6)}}
+SHARED_FIRST = {"entertainment": None, "enterprise sales": None, "entry level": None,
+                "bug": None, "bug report": None, "technical support": "Errors and crashes"}
+CASES = {
+    "one question": ({"t": {"type": "choice", "criteria": SHARED_FIRST}}, "names"),
+    "many questions": (MANY, "names"),
+    "200 letter options": ({"p": {"type": "choice", "criteria": {f"item {j}": None for j in range(200)}}}, "letters"),
+}
+
+
+def deciders(tiny_model_dir) -> tuple[Decider, Decider]:
+    packed = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    unpacked = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0, packed=False)
+    assert packed.engine.packed and not unpacked.engine.packed, packed.engine.packed_reason
+    return packed, unpacked
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_packed_equals_unpacked_and_the_full_prompt_oracle(tiny_model_dir, tiny_torch, case):
+    questions, mode = CASES[case]
+    req = {"model": "m", "state": STATES[0], "questions": questions}
+    packed, unpacked = deciders(tiny_model_dir)
+    got = packed.probabilities(req, label_mode=mode)
+    ref = unpacked.probabilities(req, label_mode=mode)
+    assert packed.engine.stats.packed_rows >= 1                      # really packed
+    assert packed.engine.stats.runs < unpacked.engine.stats.runs      # in fewer runs
+    assert packed.engine.stats.tokens_computed == unpacked.engine.stats.tokens_computed
+    comp = compiled(packed, req, mode)
+    for q in comp.questions:
+        prompt = list(comp.prefix_ids + q.suffix_ids)
+        oracle = oracle_option_probs(tiny_torch, prompt, q.label_paths.paths, q.label_paths.owners, len(q.options))
+        np.testing.assert_allclose(got[q.name], ref[q.name], atol=TOL, rtol=0)
+        np.testing.assert_allclose(got[q.name], oracle, atol=TOL, rtol=0)
+
+
+def test_thousand_letter_options(tiny_model_dir, tiny_torch):
+    """1,000 options: the label step is one or a few blocks. The oracle is transformers with its
+    own KV cache for the shared prompt (a full forward per trie node would take minutes here)."""
+    import copy
+
+    import torch
+
+    req = {"model": "m", "state": "I need p42.", "questions": {
+        "p": {"type": "choice", "criteria": {f"p{j}": None for j in range(1000)}}}}
+    d = Decider.from_dir(tiny_model_dir, threads=2)
+    got = d.probabilities(req, label_mode="letters")["p"]
+    assert d.engine.stats.packed_rows >= 1
+    d.engine.packed = False  # the state from the prefix cache, the labels as rows
+    ref = d.probabilities(req, label_mode="letters")["p"]
+    np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
+
+    (q,) = compiled(d, req, "letters").questions
+    prompt = list(compiled(d, req, "letters").prefix_ids + q.suffix_ids)
+    with torch.no_grad():
+        out = tiny_torch(input_ids=torch.tensor([prompt]), use_cache=True)
+    cache = out.past_key_values
+
+    def probs_after(node: tuple[int, ...]) -> np.ndarray:
+        if not node:
+            logits = out.logits[0, -1]
+        else:
+            with torch.no_grad():
+                logits = tiny_torch(input_ids=torch.tensor([list(node)]), past_key_values=copy.deepcopy(cache),
+                                    use_cache=True).logits[0, -1]
+        return torch.softmax(logits.double(), dim=-1).numpy()
+
+    from typed_decisions.readout import LabelTrie
+
+    trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
+    cond = {u: dict(zip(kids, (p := probs_after(u)[list(kids)]) / p.sum())) for u, kids in trie.children.items()}
+    oracle = np.zeros(len(q.options))
+    for path, o in zip(trie.paths, trie.owners):
+        oracle[o] += np.prod([cond[path[:k]][path[k]] for k in range(len(path))])
+    np.testing.assert_allclose(got, oracle / oracle.sum(), atol=TOL, rtol=0)
+
+
+def test_requests_under_one_head_pack_three_levels_deep(tiny_model_dir, tiny_torch):
+    """Cold, two requests share only the template head: ONE block holds the head, both states,
+    their question suffixes and their label branches (names with shared first tokens: a branch
+    below a branch), four levels deep."""
+    questions = {"t": {"type": "choice", "criteria": SHARED_FIRST}, "urgent": THREE["urgent"]}
+    reqs = [{"model": "m", "state": s, "questions": questions} for s in (STATES[1], STATES[3])]
+    packed, unpacked = deciders(tiny_model_dir)
+    got = [vector(r) for r in packed.run_many(reqs, label_mode="names")]
+    ref = [vector(r) for r in unpacked.run_many(reqs, label_mode="names")]
+    assert packed.engine.stats.runs == 1 and packed.engine.stats.packed_rows == 1  # one block
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, atol=TOL, rtol=0)
+    for req in reqs:  # and the oracle, per request
+        comp = compiled(packed, req, "names")
+        alone = packed.probabilities(req, label_mode="names")
+        for q in comp.questions:
+            prompt = list(comp.prefix_ids + q.suffix_ids)
+            oracle = oracle_option_probs(tiny_torch, prompt, q.label_paths.paths, q.label_paths.owners, len(q.options))
+            np.testing.assert_allclose(alone[q.name], oracle, atol=TOL, rtol=0)
+
+
+def test_a_state_cached_inside_a_block_is_reused_with_equal_answers(tiny_model_dir):
+    """The states of a cold two-request call are computed inside one block (with the head); their
+    checkpoints still go to the prefix cache, and a later call served from it answers the same."""
+    d = Decider.from_dir(tiny_model_dir, threads=2)
+    first = [vector(r) for r in d.run_many([request(A), request(B)])]
+    assert d.engine.stats.packed_rows >= 1
+    hits, computed = d.engine.stats.cache_hits, d.engine.stats.tokens_computed
+    again = [vector(d.run(request(s))) for s in (A, B)]
+    assert d.engine.stats.cache_hits == hits + 2
+    computed_alone = d.engine.stats.tokens_computed - computed
+    fresh = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0, packed=False)
+    unpacked = [vector(fresh.run(request(s))) for s in (A, B)]
+    prefixes = sum(len(compiled(d, request(s), d.label_mode).prefix_ids) for s in (A, B))
+    assert computed_alone == fresh.engine.stats.tokens_computed - prefixes  # only suffixes and labels ran
+    for a, b, c in zip(first, again, unpacked):
+        np.testing.assert_allclose(a, b, atol=TOL, rtol=0)
+        np.testing.assert_allclose(a, c, atol=TOL, rtol=0)
+    d.run(request(C))  # C shares A's state prefix: served from A's cached head at least
+    np.testing.assert_allclose(vector(d.run(request(C))), vector(fresh.run(request(C))), atol=TOL, rtol=0)
+
+
+def test_a_small_block_budget_splits_blocks_without_changing_answers(tiny_model_dir):
+    packed, unpacked = deciders(tiny_model_dir)
+    tight = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    tight.engine.prefill_chunk = 1 << 20
+    tight.engine.max_batch_tokens = 64  # blocks of whole subtrees of <= 64 tokens (a suffix is ~25)
+    req = {"model": "m", "state": STATES[2], "questions": MANY}
+    a = vector(packed.run(req))
+    b = vector(tight.run(req))
+    c = vector(unpacked.run(req))
+    assert packed.engine.stats.runs < tight.engine.stats.runs
+    assert tight.engine.stats.packed_rows >= 2 > packed.engine.stats.packed_rows
+    np.testing.assert_allclose(a, b, atol=TOL, rtol=0)
+    np.testing.assert_allclose(a, c, atol=TOL, rtol=0)
+
+
+def test_int8_stays_unpacked_by_default(tiny_int8_model_dir):
+    d = Decider.from_dir(tiny_int8_model_dir, threads=2)
+    assert not d.engine.packed and "INT8" in d.engine.packed_reason
+    assert Decider.from_dir(tiny_int8_model_dir, threads=2, packed=True).engine.packed
