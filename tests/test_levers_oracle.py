@@ -84,7 +84,9 @@ def test_label_mass_equals_the_full_softmax(tiny_decider, tiny_torch):
     assert "label_mass" not in plain.model_dump(mode="json")["answers"]["team"]  # System One's answer
     assert plain.answers["team"].probabilities == resp.answers["team"].probabilities
     e = tiny_decider.explain(req)
-    assert e.questions["team"].label_mass == pytest.approx(resp.answers["team"].label_mass, rel=1e-12)
+    # explain lays the call's tree blocks out differently from run (float32 packing moves hidden
+    # states by ~1e-7, docs/METHOD.md), so the two agree to the engine's 1e-5, not bit for bit.
+    assert e.questions["team"].label_mass == pytest.approx(resp.answers["team"].label_mass, rel=1e-5)
 
 
 def test_label_mass_is_read_when_the_root_has_one_child(tiny_decider, tiny_torch):
