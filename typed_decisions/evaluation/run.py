@@ -55,7 +55,7 @@ def collect_probabilities(decider: Decider, spec: QuestionSpec, rows: Sequence[M
     gold = [spec.gold_index(r, n) for n, r in enumerate(rows)]  # fail on a bad label before any compute
     probs = []
     for n, r in enumerate(tqdm(rows, desc=desc, unit="row", disable=not progress)):
-        p = decider.probabilities(spec.request(decider.name, spec.state(r, n)), label_mode=label_mode)
+        p = decider.probabilities(spec.row_request(decider.name, r, n), label_mode=label_mode)
         probs.append(p[spec.name])
     return probs, gold
 
@@ -75,10 +75,8 @@ def _permutations(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[s
         return {"skipped": f"{spec.type} options have a fixed order (yes/no, levels lowest first)"}
     flips, mean_tv, max_tv = [], [], []
     for n, r in enumerate(tqdm(rows, desc="permutations", unit="row", disable=not progress)):
-        state = spec.state(r, n)
-
-        def probs_for(order: list[int]) -> np.ndarray:
-            return decider.probabilities(spec.request(decider.name, state, order), label_mode=label_mode)[spec.name]
+        def probs_for(order: list[int], r: Mapping[str, Any] = r, n: int = n) -> np.ndarray:
+            return decider.probabilities(spec.row_request(decider.name, r, n, order), label_mode=label_mode)[spec.name]
 
         rep = permutation_report(probs_for, list(range(len(spec.options))), k=k, seed=n)
         flips.append(rep.flip_rate)
