@@ -307,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", required=True, type=Path, help="summary JSON; raw probabilities go to <out>.raw.json")
+    p.add_argument("--analyse-only", action="store_true",
+                   help="ask nothing: analyse the rows the raw file has (per set, up to --test rows that every setting has)")
     args = p.parse_args(argv)
 
     datasets = [d for d in args.datasets.split(",") if d]
@@ -327,7 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         return deciders[key]
 
     t0 = time.perf_counter()
-    collect(raw, raw_path, datasets, settings, args.fit, args.test, get_decider, calibrate=args.fit > 0)
+    if args.analyse_only:
+        missing = [f"{d}/{s.name}" for d in datasets for s in settings if f"{d}/{s.name}" not in raw]
+        if missing:
+            raise SystemExit(f"--analyse-only: {raw_path} has no rows for {', '.join(missing)}")
+    else:
+        collect(raw, raw_path, datasets, settings, args.fit, args.test, get_decider, calibrate=args.fit > 0)
     res = analyse(raw, datasets, settings, args.fit, args.test, args.boot, args.baseline)
     table = report(res, datasets, settings, args.baseline)
     print(table)

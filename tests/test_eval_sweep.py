@@ -126,3 +126,16 @@ def test_analysis_mean_worst_and_paired_deltas_match_numpy(two_sets, tmp_path):
     assert "delta_vs_baseline" not in res["settings"]["letters"]
     table = sweep.report(res, ["a", "b"], settings, "letters")
     assert "**mean over sets**" in table and "names − letters" in table
+
+
+def test_analyse_only_reads_the_raw_file_and_asks_nothing(two_sets, tmp_path):
+    fake, raw = FakeDecider(), {}
+    out = tmp_path / "s.json"
+    settings = sweep.load_settings("letters,names", None)
+    sweep.collect(raw, out.with_suffix(".raw.json"), ["a", "b"], settings, 0, 6, lambda s: fake, calibrate=False)
+    assert sweep.main(["--datasets", "a,b", "--settings", "letters,names", "--test", "40", "--boot", "20",
+                       "--out", str(out), "--analyse-only"]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["cells"]["a/names"]["test_n"] == 6  # what the raw file has, not --test
+    with pytest.raises(SystemExit, match="no rows for a/auto"):
+        sweep.main(["--datasets", "a", "--settings", "auto", "--out", str(out), "--analyse-only"])
