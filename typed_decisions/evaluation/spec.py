@@ -44,6 +44,9 @@ class QuestionSpec(BaseModel):
     instructions: str | None = None
     options: list[OptionSpec] = Field(min_length=2)
     state_field: str = "state"
+    instructions_field: str | None = Field(
+        default=None, description="row field holding this row's question text (a question about a passage: "
+                                  "the passage is the state); when the row has it, it replaces `instructions`")
     gold_field: str = "gold"
     gold_map: dict[str, str] = Field(default_factory=dict, description="raw gold value → option name")
 
@@ -63,15 +66,17 @@ class QuestionSpec(BaseModel):
     def option_names(self) -> list[str]:
         return [o.name for o in self.options]
 
-    def question(self, order: Sequence[int] | None = None) -> dict[str, Any]:
-        """The wire-format question; ``order`` shows the options permuted (choice only).
+    def question(self, order: Sequence[int] | None = None, instructions: str | None = None) -> dict[str, Any]:
+        """The wire-format question; ``order`` shows the options permuted (choice only);
+        ``instructions`` (a row's own question, ``instructions_for``) replaces the spec's.
 
         >>> QuestionSpec(type="score", options=[{"name": "low"}, {"name": "high", "description": "urgent"}]).question()
         {'type': 'score', 'criteria': ['low', 'high: urgent']}
         """
         q: dict[str, Any] = {"type": self.type}
-        if self.instructions is not None:
-            q["instructions"] = self.instructions
+        text = instructions if instructions is not None else self.instructions
+        if text is not None:
+            q["instructions"] = text
         opts = self.options if order is None else [self.options[i] for i in order]
         if self.type == "choice":
             q["criteria"] = {o.name: o.description for o in opts}
@@ -83,13 +88,32 @@ class QuestionSpec(BaseModel):
                 q["criteria"] = {"true": yes.description, "false": no.description}
         return q
 
-    def request(self, model: str, state: Any, order: Sequence[int] | None = None) -> dict[str, Any]:
+    def request(self, model: str, state: Any, order: Sequence[int] | None = None,
+                instructions: str | None = None) -> dict[str, Any]:
         """The wire request asking this question (alone) about ``state``.
 
         >>> QuestionSpec(name="spam", type="noul", options=[{"name": "yes"}, {"name": "no"}]).request("m", "hi")
         {'model': 'm', 'state': 'hi', 'questions': {'spam': {'type': 'noul'}}}
         """
-        return {"model": model, "state": state, "questions": {self.name: self.question(order)}}
+        return {"model": model, "state": state, "questions": {self.name: self.question(order, instructions)}}
+
+    def instructions_for(self, row: Mapping[str, Any], n: int = 0) -> str | None:
+        """The row's own question text (``instructions_field``), or None to use ``instructions``.
+
+        The question goes into the request's ``instructions`` and the row's state stays the passage,
+        so the compiler puts the passage in the shared prefix and the question after it.
+        """
+        if self.instructions_field is None:
+            return None
+        if self.instructions_field not in row:
+            raise InvalidRequestError(f"row {n} has no instructions field {self.instructions_field!r} "
+                                      "(set instructions_field in the spec, or drop it)")
+        return str(row[self.instructions_field])
+
+    def row_request(self, model: str, row: Mapping[str, Any], n: int = 0,
+                    order: Sequence[int] | None = None) -> dict[str, Any]:
+        """The request for one labelled row: its state, and its own question if it has one."""
+        return self.request(model, self.state(row, n), order, self.instructions_for(row, n))
 
     def state(self, row: Mapping[str, Any], n: int = 0) -> str:
         if self.state_field not in row:

@@ -1,0 +1,141 @@
+"""benchmarks/eval_sweep.py: the grid of named settings, row sharing, resume, and the cross-set
+analysis (mean over sets, worst set, paired deltas against the baseline), on a fake Decider whose
+probabilities are a known function of the request, so every number has a numpy oracle."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from typed_decisions.compiler import resolve_label_mode
+from typed_decisions.evaluation import datasets as ds
+from typed_decisions.evaluation.spec import OptionSpec, QuestionSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("eval_sweep", ROOT / "benchmarks" / "eval_sweep.py")
+sweep = importlib.util.module_from_spec(_spec)
+sys.modules["eval_sweep"] = sweep
+_spec.loader.exec_module(sweep)  # type: ignore[union-attr]
+
+
+class FakeDecider:
+    """p = one-hot-ish on option (len(state) + shift[mode]) % k; records every call."""
+
+    name = "fake"
+    SHIFT: ClassVar[dict[str, int]] = {"names": 0, "letters": 1}
+
+    def __init__(self):
+        self.calls: list[tuple[str, str, str | None]] = []
+
+    def probabilities(self, request, *, label_mode="auto", **extra):
+        ((qname, q),) = request["questions"].items()
+        k = 2 if q["type"] == "noul" else len(q["criteria"])
+        mode = "names" if q["type"] == "noul" else resolve_label_mode(q["type"], label_mode)
+        self.calls.append((request["state"], mode, q.get("instructions")))
+        p = np.full(k, 0.1 / max(1, k - 1))
+        p[(len(request["state"]) + self.SHIFT[mode] + extra.get("bump", 0)) % k] = 0.9
+        return {qname: p}
+
+
+@pytest.fixture
+def two_sets(monkeypatch):
+    rows_a = [{"state": "x" * (i + 1), "gold": ["p", "q", "r"][i % 3]} for i in range(24)]
+    rows_b = [{"state": "passage " + "y" * i, "question": f"q{i}?", "gold": "yes" if i % 2 else "no"} for i in range(24)]
+    specs = {
+        "a": QuestionSpec(name="c", type="choice", instructions="Which?", options=[OptionSpec(name=n) for n in "pqr"]),
+        "b": QuestionSpec(name="n", type="noul", instructions_field="question",
+                          options=[OptionSpec(name="yes"), OptionSpec(name="no")]),
+    }
+    data = {"a": rows_a, "b": rows_b}
+
+    class Spec:
+        def __init__(self, name):
+            self.question = specs[name]
+
+    monkeypatch.setattr(sweep, "DATASETS", {n: Spec(n) for n in specs})
+    monkeypatch.setattr(sweep, "load_dataset", lambda name, split, limit=None:
+                        type("D", (), {"rows": ds.rows_for(name, data[name], split, limit)})())
+    return data, specs
+
+
+def test_collect_shares_equal_requests_resumes_and_sends_row_questions(two_sets, tmp_path):
+    fake = FakeDecider()
+    settings = sweep.load_settings("letters,names,auto", None)
+    raw: dict = {}
+    path = tmp_path / "raw.json"
+    sweep.collect(raw, path, ["a", "b"], settings, 0, 5, lambda s: fake, calibrate=False)
+    # choice: letters and names differ, auto == names (asked once); noul: one request for all three
+    assert len(fake.calls) == 5 * 2 + 5 * 1
+    assert all(instr and instr.startswith("q") for state, _, instr in fake.calls if state.startswith("passage"))
+    assert raw["a/auto"]["test"] == raw["a/names"]["test"] != raw["a/letters"]["test"]
+    assert json.loads(path.read_text()) == raw
+    n_calls = len(fake.calls)
+    sweep.collect(raw, path, ["a", "b"], settings, 0, 5, lambda s: fake, calibrate=False)
+    assert len(fake.calls) == n_calls  # resumed: nothing asked again
+    sweep.collect(raw, path, ["a", "b"], settings, 0, 7, lambda s: fake, calibrate=False)
+    assert len(fake.calls) == n_calls + 2 * 2 + 2 * 1 and len(raw["b/letters"]["test"]["gold"]) == 7
+
+
+def test_a_setting_from_a_file_is_one_more_grid_entry(two_sets, tmp_path):
+    f = tmp_path / "grid.json"
+    f.write_text(json.dumps([{"name": "bumped", "options": {"label_mode": "names", "bump": 1}}]))
+    settings = sweep.load_settings("letters", f)
+    assert [s.name for s in settings] == ["letters", "bumped"]
+    fake, raw = FakeDecider(), {}
+    sweep.collect(raw, tmp_path / "r.json", ["a"], settings, 0, 6, lambda s: fake, calibrate=False)
+    # names + bump 1 asks the same option as letters (shift 1), but through its own request
+    assert raw["a/bumped"]["test"] == raw["a/letters"]["test"] and len(fake.calls) == 12
+    with pytest.raises(SystemExit, match="unknown setting"):
+        sweep.load_settings("nope", None)
+    f.write_text(json.dumps([{"name": "x", "colour": 1}]))
+    with pytest.raises(SystemExit, match="entry 0"):
+        sweep.load_settings("", f)
+    # the same name with other options refuses to mix with the stored rows
+    with pytest.raises(SystemExit, match="other options"):
+        sweep.collect(raw, tmp_path / "r.json", ["a"], [sweep.Setting("bumped", {"bump": 2})], 0, 6,
+                      lambda s: fake, calibrate=False)
+
+
+def test_analysis_mean_worst_and_paired_deltas_match_numpy(two_sets, tmp_path):
+    fake, raw = FakeDecider(), {}
+    settings = sweep.load_settings("letters,names", None)
+    sweep.collect(raw, tmp_path / "r.json", ["a", "b"], settings, 0, 8, lambda s: fake, calibrate=False)
+    res = sweep.analyse(raw, ["a", "b"], settings, 0, 8, 200, "letters")
+
+    def acc(key):
+        c = raw[key]["test"]
+        return float(np.mean([int(np.argmax(p)) == g for p, g in zip(c["probabilities"], c["gold"], strict=True)]))
+
+    for s in ("letters", "names"):
+        per_set = {d: acc(f"{d}/{s}") for d in "ab"}
+        got = res["settings"][s]
+        assert got["mean_accuracy"] == pytest.approx(np.mean(list(per_set.values())), abs=1e-4)
+        assert got["worst_accuracy"] == min(per_set.values()) and per_set[got["worst_set"]] == min(per_set.values())
+        lo, hi = got["mean_accuracy_ci95"]
+        assert lo <= got["mean_accuracy"] <= hi
+    deltas = res["settings"]["names"]["delta_vs_baseline"]
+    for d in "ab":
+        assert deltas[d]["delta"] == pytest.approx(acc(f"{d}/names") - acc(f"{d}/letters"), abs=1e-4)
+    assert deltas["b"]["delta"] == 0 and deltas["b"]["ci95"] == [0, 0]  # noul: same rows, same resamples
+    assert "delta_vs_baseline" not in res["settings"]["letters"]
+    table = sweep.report(res, ["a", "b"], settings, "letters")
+    assert "**mean over sets**" in table and "names − letters" in table
+
+
+def test_analyse_only_reads_the_raw_file_and_asks_nothing(two_sets, tmp_path):
+    fake, raw = FakeDecider(), {}
+    out = tmp_path / "s.json"
+    settings = sweep.load_settings("letters,names", None)
+    sweep.collect(raw, out.with_suffix(".raw.json"), ["a", "b"], settings, 0, 6, lambda s: fake, calibrate=False)
+    assert sweep.main(["--datasets", "a,b", "--settings", "letters,names", "--test", "40", "--boot", "20",
+                       "--out", str(out), "--analyse-only"]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["cells"]["a/names"]["test_n"] == 6  # what the raw file has, not --test
+    with pytest.raises(SystemExit, match="no rows for a/auto"):
+        sweep.main(["--datasets", "a", "--settings", "auto", "--out", str(out), "--analyse-only"])
