@@ -74,6 +74,10 @@ def test_readout_plan_is_what_the_engine_reads(tiny_decider):
 
 
 def test_calibration_file_is_applied_and_visible(tiny_model_dir, tiny_decider, tmp_path):
+    # The expected values come from other engine calls (other questions in the call, the
+    # content-free state asked alone): float32 tree blocks of different calls are laid out
+    # differently and agree to ~1e-7 (docs/METHOD.md), so 1e-6 rather than bit for bit.
+    TOL = 1e-6
     cal = CalibrationFile(model="smollm2-135m", created="2026-11-30T00:00:00Z",
                           per_type={"choice": TypeCalibration(temperature=2.5),
                                     "noul": TypeCalibration(temperature=0.5, contextual=True)},
@@ -87,12 +91,12 @@ def test_calibration_file_is_applied_and_visible(tiny_model_dir, tiny_decider, t
         "urgent": QUESTIONS["urgent"].model_dump(exclude_none=True)}})
     resp = calibrated.decide(STATE, QUESTIONS)
     expected_team = calibrate(raw["team"], 2.5)
-    np.testing.assert_allclose(list(resp.answers["team"].probabilities.values()), expected_team, atol=1e-9)
-    assert resp.answers["urgent"].noul == pytest.approx(calibrate(raw["urgent"], 0.5, cf["urgent"])[0], abs=1e-9)
+    np.testing.assert_allclose(list(resp.answers["team"].probabilities.values()), expected_team, atol=TOL)
+    assert resp.answers["urgent"].noul == pytest.approx(calibrate(raw["urgent"], 0.5, cf["urgent"])[0], abs=TOL)
     assert "T=2.5" in resp.answers["team"].calibration
     assert "contextual" in resp.answers["urgent"].calibration
     assert resp.answers["sev"].calibration is None  # score not in the file: untouched
-    np.testing.assert_allclose(list(resp.answers["sev"].probabilities.values()), raw["sev"], atol=1e-9)
+    np.testing.assert_allclose(list(resp.answers["sev"].probabilities.values()), raw["sev"], atol=TOL)
     assert "calibration" not in resp.model_dump_json()  # the wire format stays strict
 
     # p_cf depends on the question only: a second state costs no content-free engine call, and
@@ -102,7 +106,7 @@ def test_calibration_file_is_applied_and_visible(tiny_model_dir, tiny_decider, t
     assert calibrated.engine.stats.calls == calls + 1
     raw2 = tiny_decider.probabilities({"model": "m", "state": "Please cancel my subscription.",
                                        "questions": {"urgent": QUESTIONS["urgent"].model_dump(exclude_none=True)}})
-    assert other.answers["urgent"].noul == pytest.approx(calibrate(raw2["urgent"], 0.5, cf["urgent"])[0], abs=1e-9)
+    assert other.answers["urgent"].noul == pytest.approx(calibrate(raw2["urgent"], 0.5, cf["urgent"])[0], abs=TOL)
 
 
 @pytest.mark.parametrize("kind", ["typesafe", "bonsai", "entropy"])

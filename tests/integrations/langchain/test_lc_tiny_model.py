@@ -41,18 +41,21 @@ def test_decision_runnable_batch_equals_single(tiny_decider) -> None:
 
 
 def test_single_question_values(tiny_decider) -> None:
-    """Each plain value follows by hand from the Decider's own answer about the same state."""
+    """Each plain value follows by hand from the Decider's own answer about the same state.
+
+    The runnables ask one question, the direct call three: float32 tree blocks of different
+    requests are laid out differently and agree to ~1e-7 (docs/METHOD.md), so 1e-6, not bit for bit."""
     ticket = TICKETS[1]  # a dict state: passed to the core as is
     direct = tiny_decider.decide(ticket, QUESTIONS).answers
     team = ChoiceRunnable(decider=tiny_decider, question=QUESTIONS["team"])
     p = direct["team"].probabilities
     assert team.invoke(ticket) == max(p, key=p.get)
-    assert team.with_answer().invoke(ticket).probabilities == pytest.approx(p, abs=1e-9)
+    assert team.with_answer().invoke(ticket).probabilities == pytest.approx(p, abs=1e-6)
     urgent = NoulRunnable(decider=tiny_decider, question=QUESTIONS["urgent"], threshold=0.5)
     assert urgent.invoke(ticket) is (direct["urgent"].noul >= 0.5)
     sev = ScoreRunnable(decider=tiny_decider, question=QUESTIONS["severity"])
     q = direct["severity"].probabilities
-    assert sev.invoke(ticket) == pytest.approx(0 * q["0"] + 1 * q["1"] + 2 * q["2"], abs=1e-9)
+    assert sev.invoke(ticket) == pytest.approx(0 * q["0"] + 1 * q["1"] + 2 * q["2"], abs=1e-6)
 
 
 def test_router_on_the_tiny_model(tiny_decider) -> None:
