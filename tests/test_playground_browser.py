@@ -89,7 +89,9 @@ def test_playground_asks_and_draws_the_answers(tiny_decider):
                  else answer["probabilities"])
         assert set(bars) == set(probs), (name, bars)
         for option, (p, width, track) in bars.items():
-            assert p == pytest.approx(probs[option], abs=1e-9), (name, option, drawn[name], answer, sent)
+            # the page draws /explain's numbers, compared with /v1/systemone's: two engine calls whose
+            # float32 tree blocks are laid out differently agree to ~1e-7 (docs/METHOD.md)
+            assert p == pytest.approx(probs[option], abs=1e-6), (name, option, drawn[name], answer, sent)
             # the bar's rendered width is its probability's share of the track (±1.5 px rounding)
             assert float(width.removesuffix("px")) == pytest.approx(p * float(track.removesuffix("px")), abs=1.5)
             assert any(f"{p:.3f}" in row for row in drawn[name]["rows"])
