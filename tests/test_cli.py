@@ -42,7 +42,9 @@ def test_decide_explain_json_keeps_answers(tiny_model_dir, tiny_decider, capsys,
         got = out["answers"][name]
         for key in ("choice", "noul", "score"):
             if key in want:
-                assert got[key] == pytest.approx(want[key], abs=1e-9)
+                # explain and run are two engine calls: their float32 tree blocks may be laid out
+                # differently (~1e-7, docs/METHOD.md)
+                assert got[key] == pytest.approx(want[key], abs=1e-6)
         assert q["answer"] == got
         node_softmax = {}
         for node in q["nodes"]:
