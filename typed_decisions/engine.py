@@ -657,18 +657,13 @@ class Engine:
                 run = node.tokens[at : at + self.prefill_chunk]
                 # present = past + this chunk, as the graph returns it: the next chunk's past as
                 # is (one row, no padding), so earlier chunks are never copied again.
-                hidden, past, _ = self._run_past([run], past)
-            node.kv, node.hidden = past.slice(0, start, past.length), hidden[0]
+                hidden, past = self._run_blocks([chain(run)], past)                      # (1, S, H)
+            node.kv, node.hidden = past.slice(0, start, past.length), hidden[0, -1].copy()
             return
         paths = [it[0].parent.path_kv() if it[0].parent is not None else [] for it in group]
         blocks = [_block(it) for it in group]
         past = stack_paths(paths, self.backbone.kv_dtype) if any(paths) else self.backbone.empty(len(group))
-        with self._run_lock:
-            hidden, present = self.backbone.run_blocks(blocks, past)                  # (B, S, H)
-        with self._lock:
-            self.stats.runs += 1
-            self.stats.tokens_computed += sum(len(k) for k in blocks)
-            self.stats.packed_rows += sum(len(it) > 1 for it in group)
+        hidden, present = self._run_blocks(blocks, past, packed_rows=sum(len(it) > 1 for it in group))
         t = past.length
         for b, (it, block) in enumerate(zip(group, blocks)):
             for node, at in zip(it, block.offsets):
@@ -676,13 +671,16 @@ class Engine:
                 node.hidden = hidden[b, end - 1].copy()
                 node.kv = present.slice(b, t + at, t + end)
 
-    def _run_past(self, runs: list[tuple[int, ...]], past: KVRows) -> tuple[np.ndarray, KVRows, int]:
+    def _run_blocks(self, blocks: list[Block], past: KVRows, *, packed_rows: int = 0
+                    ) -> tuple[np.ndarray, KVRows]:
+        """One ONNX Runtime run (one at a time, see ``_run_lock``), counted in ``stats``."""
         with self._run_lock:
-            hidden, present = self.backbone.run(runs, past)
+            hidden, present = self.backbone.run_blocks(blocks, past)                  # (B, S, H)
         with self._lock:
             self.stats.runs += 1
-            self.stats.tokens_computed += sum(len(r) for r in runs)
-        return hidden, present, past.length
+            self.stats.tokens_computed += sum(len(k) for k in blocks)
+            self.stats.packed_rows += packed_rows
+        return hidden, present
 
 
 def _subtree(node: _Node, pending: set[_Node]) -> list[_Node]:
