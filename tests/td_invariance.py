@@ -29,8 +29,16 @@ B = "Do you offer a discount for schools that buy forty licences at once?"
 C = "I was charged twice for my subscription this month. Also, the app crashes when I open invoices."
 
 
-def request(state: str, model: str = "m") -> dict[str, Any]:
-    return {"model": model, "state": state, "questions": QUESTIONS}
+# Other questions about the same state: its nodes up to the state are shared with A's, the rest not.
+OTHER = {
+    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+    "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
+             "criteria": {"billing and payments": "Charges, refunds, invoices", "sales": "New plans, quotes"}},
+}
+
+
+def request(state: str, model: str = "m", questions: dict[str, Any] = QUESTIONS) -> dict[str, Any]:
+    return {"model": model, "state": state, "questions": questions}
 
 
 def vector(answers: dict[str, Any]) -> np.ndarray:
@@ -51,6 +59,8 @@ def deviations(d: Decider, url: str | None = None) -> dict[str, float]:
     ways = {
         "batch with an unrelated request": lambda: d.run_many([request(A), request(B)], use_cache=False)[0],
         "batch with a prefix-sharing request": lambda: d.run_many([request(C), request(A)], use_cache=False)[1],
+        "batch with other questions on the same state":
+            lambda: d.run_many([request(A, questions=OTHER), request(A)], use_cache=False)[1],
         "after a prefix-sharing request warmed the cache": lambda: (d.engine.clear_cache(), d.run(request(C)), d.run(request(A)))[2],
         "again, from the cache": lambda: d.run(request(A)),
         "batched, with the cache warm": lambda: d.run_many([request(B), request(A), request(C)])[1],

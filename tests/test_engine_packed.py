@@ -94,15 +94,18 @@ def test_thousand_letter_options(tiny_model_dir, tiny_torch):
 
 
 def test_requests_under_one_head_pack_three_levels_deep(tiny_model_dir, tiny_torch):
-    """Cold, two requests share only the template head: ONE block holds the head, both states,
-    their question suffixes and their label branches (names with shared first tokens: a branch
-    below a branch), four levels deep."""
+    """Cold, two requests share only the template head: the head runs once, then ONE run holds a
+    block per request (its state, question suffixes and label branches: names with shared first
+    tokens, a branch below a branch, four levels deep). Never one block for both: a request's
+    columns would then depend on the other (engine._pack)."""
     questions = {"t": {"type": "choice", "criteria": SHARED_FIRST}, "urgent": THREE["urgent"]}
     reqs = [{"model": "m", "state": s, "questions": questions} for s in (STATES[1], STATES[3])]
     packed, unpacked = deciders(tiny_model_dir)
     got = [vector(r) for r in packed.run_many(reqs, label_mode="names")]
     ref = [vector(r) for r in unpacked.run_many(reqs, label_mode="names")]
-    assert packed.engine.stats.runs == 1 and packed.engine.stats.packed_rows == 1  # one block
+    # Run 1: the cached head and the tokens both states begin with (two nodes: one packed row);
+    # run 2: a block per request.
+    assert packed.engine.stats.runs == 2 and packed.engine.stats.packed_rows == 3
     for g, r in zip(got, ref):
         np.testing.assert_allclose(g, r, atol=TOL, rtol=0)
     for req in reqs:  # and the oracle, per request
@@ -150,7 +153,12 @@ def test_a_small_block_budget_splits_blocks_without_changing_answers(tiny_model_
     np.testing.assert_allclose(a, c, atol=TOL, rtol=0)
 
 
-def test_int8_stays_unpacked_by_default(tiny_int8_model_dir):
+def test_int8_packs_by_default_but_not_with_per_tensor_scales(tiny_int8_model_dir, tiny_int8_per_tensor_dir):
+    """Per-token INT8 packs (one request per row: tests/test_engine_invariance.py holds its answers
+    to 1e-5 in any company); per-tensor scales would span a whole block, so those stay rows."""
     d = Decider.from_dir(tiny_int8_model_dir, threads=2)
-    assert not d.engine.packed and "INT8" in d.engine.packed_reason
-    assert Decider.from_dir(tiny_int8_model_dir, threads=2, packed=True).engine.packed
+    assert d.engine.packed, d.engine.packed_reason
+    d.run(request(A))
+    assert d.engine.stats.packed_rows > 0
+    per_tensor = Decider.from_dir(tiny_int8_per_tensor_dir, threads=2, cpu_check=False)
+    assert not per_tensor.engine.packed and "per-tensor" in per_tensor.engine.packed_reason

@@ -42,12 +42,13 @@ def test_stack_paths_concatenates_segments_and_right_pads_with_masked_zeros():
 
 def _shape(node) -> tuple:
     """(edge tokens, query indices, children's shapes in first-token order), recursively."""
-    return (node.tokens, sorted(node.queries), [_shape(node.children[k]) for k in sorted(node.children)])
+    order = sorted(node.children, key=lambda k: (k[1], -1 if k[0] is None else k[0]))  # (owner, first token)
+    return (node.tokens, sorted(node.queries), [_shape(node.children[k]) for k in order])
 
 
 def _check_parents(node) -> None:
     for child in node.children.values():
-        assert child.parent is node and child.tokens[0] in node.children and node.children[child.tokens[0]] is child
+        assert child.parent is node and node.children[(child.owner, child.tokens[0])] is child
         _check_parents(child)
 
 
@@ -87,6 +88,24 @@ def test_radix_tree_by_hand(contexts, expected):
     assert root.parent is None
     _check_parents(root)
     assert _ends(root, {}) == dict(enumerate(map(tuple, contexts)))  # every context is its root path
+
+
+def test_owners_share_nodes_up_to_their_cache_point_and_keep_the_rest():
+    """Two requests (owners 0 and 1) with the same state (1, 2) and the same question (3, 4): the
+    state is one shared node, each request gets its own copy of the question; a third context of
+    owner 0 shares owner 0's edge. Without owners, identical contexts share everything."""
+    contexts = [(1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 5)]
+    root = build_radix_tree(contexts, checkpoints=[(2,)] * 3, owners=[0, 1, 0], owned_from=[2, 2, 2])
+    (state,) = root.children.values()
+    assert state.tokens == (1, 2) and state.owner is None and state.checkpoint
+    mine, theirs = sorted(state.children.values(), key=lambda c: c.owner)
+    assert (mine.owner, mine.tokens, theirs.owner, theirs.tokens) == (0, (3,), 1, (3, 4))
+    assert sorted((c.tokens, c.queries) for c in mine.children.values()) == [((4,), [0]), ((5,), [2])]
+    assert theirs.queries == [1] and not theirs.children
+    _check_parents(root)
+    assert _ends(root, {}) == dict(enumerate(contexts))
+    shared = build_radix_tree(contexts, checkpoints=[(2,)] * 3)
+    assert _shape(shared) == ((), [], [((1, 2), [], [((3,), [], [((4,), [0, 1], []), ((5,), [2], [])])])])
 
 
 def test_checkpoints_split_edges_and_mark_nodes():

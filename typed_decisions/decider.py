@@ -391,9 +391,10 @@ class Decider:
         plan = plan_readout(compiled, read_roots=any(wants))
         points = [compiled[ri].checkpoints for ri, _, _ in plan.where]  # each context's request's checkpoints
         hiddens: list[np.ndarray] | None = [] if any(wants) else None
+        owners = [ri for ri, _, _ in plan.where]  # a request's own nodes stay its own (one answer per request)
         logits = self.engine.next_token_logits(plan.contexts, plan.allowed, cache_points=points,
                                                use_cache=use_cache, share_prefixes=share_prefixes,
-                                               hidden_out=hiddens)
+                                               owners=owners, hidden_out=hiddens)
         masses = None
         if hiddens is not None:
             masses = {}

@@ -14,9 +14,10 @@ Work is shared in two ways:
   question suffixes and their label branches — runs as ONE row over ONE copy of that node's past,
   a tree block (tree_block.py: each token sees the past and its own ancestors; positions = past +
   depth); blocks share a ``session.run`` as right-padded rows, and a subtree over the budgets runs
-  its top node as a row (a long one in chunks) and packs its children next. Without it (older
-  exports, sliding windows, INT8 by default: ``packed_reason``) each level of nodes whose parents
-  are ready runs as rows, each row stacking its parent's KV. Each
+  its top node as a row (a long one in chunks) and packs its children next. A row never mixes two
+  requests (``owners``): each request's tokens sit at the columns they would have alone. Without
+  the 4-D mask (older exports, sliding windows, per-tensor INT8: ``packed_reason``) each level of
+  nodes whose parents are ready runs as rows, each row stacking its parent's KV. Each
   node keeps only the KV of its own edge (a compact segment, its columns of the run's present); a
   row's past is the concatenation of its path's segments, so a call holds each distinct token's
   KV once.
@@ -118,7 +119,8 @@ def stack_paths(paths: Sequence[Sequence[KVRows]], dtype: np.dtype) -> KVRows:
 class _Node:
     tokens: tuple[int, ...]                 # the edge from the parent
     parent: _Node | None
-    children: dict[int, _Node] = field(default_factory=dict)
+    owner: int | None = None                 # whose contexts this edge serves; None: shared by owners
+    children: dict[tuple[int | None, int], _Node] = field(default_factory=dict)  # (owner, first token)
     queries: list[int] = field(default_factory=list)  # indices of contexts ending here
     checkpoint: bool = False                 # the prefix ending here is worth caching across calls
     # Filled in by the engine:
@@ -157,22 +159,47 @@ class _Node:
 
 def _split(node: _Node, n: int) -> _Node:
     """Split ``node``'s edge after n tokens; returns the new upper node (the old one keeps the tail)."""
-    upper = _Node(node.tokens[:n], node.parent)
+    upper = _Node(node.tokens[:n], node.parent, owner=node.owner)
     if node.parent is not None:
-        node.parent.children[node.tokens[0]] = upper
+        node.parent.children[(node.owner, node.tokens[0])] = upper
     node.tokens = node.tokens[n:]
     node.parent = upper
-    upper.children[node.tokens[0]] = node
+    upper.children[(node.owner, node.tokens[0])] = node
     return upper
 
 
+def _insert(node: _Node, ctx: tuple[int, ...], owner: int | None) -> _Node:
+    """Walk ``ctx`` down from ``node`` through edges of ``owner``, adding or splitting edges;
+    returns the node whose edge ends exactly at the end of ``ctx``."""
+    while ctx:
+        child = node.children.get((owner, ctx[0]))
+        if child is None:
+            child = node.children[(owner, ctx[0])] = _Node(ctx, node, owner=owner)
+            return child
+        n, limit = 0, min(len(child.tokens), len(ctx))
+        while n < limit and child.tokens[n] == ctx[n]:
+            n += 1
+        if n < len(child.tokens):
+            child = _split(child, n)
+        node, ctx = child, ctx[n:]
+    return node
+
+
 def build_radix_tree(contexts: Sequence[Sequence[int]],
-                     checkpoints: Sequence[Sequence[int]] = ()) -> _Node:
+                     checkpoints: Sequence[Sequence[int]] = (),
+                     owners: Sequence[int] | None = None,
+                     owned_from: Sequence[int] = ()) -> _Node:
     """Compressed trie of the contexts under an empty root: contexts sharing a prefix share the
     nodes of that prefix (a request's state is one node, its questions' suffixes its children).
 
     ``checkpoints[i]`` are prefix lengths of context i worth caching: each becomes a node
     boundary (an edge is split there) marked ``checkpoint``.
+
+    ``owners[i]`` says whose context i is (the Decider: its request), and ``owned_from[i]`` where
+    its own part begins (the request's last cache point): tokens before it are shared with any
+    context, tokens after it only with contexts of the same owner. So the subtree below a request's
+    state is the same whatever else shares the call — tree blocks (``Engine._pack``) lay it out as
+    if the request came alone. Without owners every context belongs to one owner (0) throughout.
 
     >>> root = build_radix_tree([(1, 2, 3), (1, 2, 4, 5), (1, 2, 4, 6)])
     >>> (shared,) = root.children.values()
@@ -182,36 +209,31 @@ def build_radix_tree(contexts: Sequence[Sequence[int]],
     >>> (head,) = root.children.values()
     >>> head.tokens, head.checkpoint, [c.tokens for c in head.children.values()]
     ((1,), True, [(2,)])
+    >>> root = build_radix_tree([(1, 2, 3), (1, 2, 3)], owners=[0, 1], owned_from=[2, 2])
+    >>> (state,) = root.children.values()
+    >>> state.tokens, state.owner, sorted((c.owner, c.tokens) for c in state.children.values())
+    ((1, 2), None, [(0, (3,)), (1, (3,))])
     """
+    if owners is None:
+        owners, owned_from = [0] * len(contexts), [0] * len(contexts)
     root = _Node((), None)
-    for q, ctx in enumerate(contexts):
-        node, ctx = root, tuple(ctx)
-        while True:
-            if not ctx:
-                node.queries.append(q)
-                break
-            child = node.children.get(ctx[0])
-            if child is None:
-                node.children[ctx[0]] = _Node(ctx, node, queries=[q])
-                break
-            n, limit = 0, min(len(child.tokens), len(ctx))
-            while n < limit and child.tokens[n] == ctx[n]:
-                n += 1
-            if n < len(child.tokens):
-                child = _split(child, n)
-            node, ctx = child, ctx[n:]
-    for ctx, points in zip(contexts, checkpoints):
+    for q, (ctx, owner, split) in enumerate(zip(contexts, owners, owned_from)):
+        ctx = tuple(ctx)
+        shared = _insert(root, ctx[:split], None)
+        _insert(shared, ctx[split:], owner).queries.append(q)
+    for ctx, points, owner, split in zip(contexts, checkpoints, owners, owned_from):
         for p in points:
             if 0 < p <= len(ctx):
-                _mark(root, tuple(ctx), p)
+                _mark(root, tuple(ctx), p, owner, split)
     return root
 
 
-def _mark(root: _Node, ctx: tuple[int, ...], p: int) -> None:
-    """Make position p of ``ctx`` a node boundary and mark that node a checkpoint."""
+def _mark(root: _Node, ctx: tuple[int, ...], p: int, owner: int, split: int) -> None:
+    """Make position p of ``ctx`` (of ``owner``, shared before ``split``) a node boundary and mark
+    that node a checkpoint."""
     node, end = root, 0
     while end < p:
-        node = node.children[ctx[end]]
+        node = node.children[(None if end < split else owner, ctx[end])]
         end += len(node.tokens)
     if end > p:  # p falls inside this edge: split it
         node = _split(node, len(node.tokens) - (end - p))
@@ -341,7 +363,8 @@ class Engine:
         self.artifacts = artifacts
         self.backbone = Backbone(artifacts, threads=threads, providers=providers)
         # Tree blocks (tree_block.py) when the graph takes the 4-D mask; ``packed_reason`` says
-        # why not otherwise. packed=True forces them on INT8 (for studies), packed=False turns them off.
+        # why not otherwise. packed=True forces them on per-tensor INT8 (for studies), packed=False
+        # turns them off.
         self.packed, self.packed_reason = _packing(artifacts, self.backbone, packed)
         self.lm_head = artifacts.lm_head                       # (vocab, H) memory-mapped
         arch = artifacts.architecture
@@ -424,6 +447,7 @@ class Engine:
     def next_token_logits(self, contexts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int]],
                           *, cache_points: Sequence[int] | Sequence[Sequence[int]] = (),
                           use_cache: bool = True, share_prefixes: bool = True,
+                          owners: Sequence[int] | None = None,
                           hidden_out: list[np.ndarray] | None = None) -> list[np.ndarray]:
         """Logits (float64) of ``allowed[i]`` as the next token after ``contexts[i]``.
 
@@ -431,6 +455,9 @@ class Engine:
         prompt, end of the state): one list for every context, or one list per context (several
         requests in one call, each with its own). A call starts each context from its longest
         cached prefix and stores the others, whatever else shares the call.
+        ``owners`` (one per context, e.g. its request's index) keep each owner's nodes after its
+        last cache point to itself (``build_radix_tree``): its tree blocks are then laid out as if it
+        came alone, which INT8 needs for one answer per request (``_pack``).
         ``share_prefixes=False`` runs every context separately from scratch (the reference the
         cache-transparency tests compare against). ``hidden_out``, when given, receives each
         context's last hidden state (H,), in context order (``full_logsumexp`` reads it).
@@ -456,7 +483,8 @@ class Engine:
 
         per_context = bool(cache_points) and not isinstance(cache_points[0], (int, np.integer))
         points = cache_points if per_context else [cache_points] * len(contexts)
-        root = build_radix_tree(contexts, points if use_cache else ())
+        owned_from = [max(p, default=0) for p in points] if owners is not None else ()
+        root = build_radix_tree(contexts, points if use_cache else (), owners, owned_from)
         if use_cache:
             self._restore(root)
         todo = self._plan(root)
@@ -570,25 +598,40 @@ class Engine:
                 f"requests at once, or raise the budget")
 
     def _pack(self, nodes: list[_Node], pending: set[_Node]) -> list[list[_Node]]:
-        """Tree blocks for ``nodes`` (children of ready nodes): per ready parent, its children's
-        pending subtrees in depth-first order, whole subtrees per block, a new block when one
-        would pass ``_fits``. A child whose subtree alone does not fit runs as a block of itself
-        (its own children are packed in the next round, over its KV).
+        """Tree blocks for ``nodes`` (children of ready nodes).
+
+        Below a ready parent, one owner's children (``build_radix_tree``) are packed as their
+        pending subtrees in depth-first order, whole subtrees per block, a new block when one would
+        pass ``_fits``. A child whose subtree alone does not fit runs as a block of itself (its own
+        children are packed in the next round, over its KV).
+
+        A shared child (owner None: a prefix several requests may share) is a block of its own
+        that stops where requests part (``_subtree``): siblings from other requests never sit in
+        its row. So every token of a request sits at the same
+        column of its row whoever shares the call — a chain cut into consecutive blocks keeps its
+        columns — and attention's float sums, which depend on where a token's visible columns lie,
+        come out the same: INT8's per-token rounding then has nothing to tip.
 
         Suffixes and labels go in one block rather than one packed level each: every run streams
         all weights and copies the past once more (docs/benchmarks.md, "Tree blocks").
         """
-        by_parent: dict[int, list[_Node]] = {}
+        by_parent: dict[tuple[int, int | None], list[_Node]] = {}
         for n in nodes:
-            by_parent.setdefault(id(n.parent), []).append(n)
+            by_parent.setdefault((id(n.parent), n.owner), []).append(n)
         items: list[list[_Node]] = []
-        for children in by_parent.values():
+        for (_, owner), children in by_parent.items():
+            # Siblings in the parent's own order (the contexts' order), however they were found:
+            # a layout must not depend on whether the parent was computed or restored.
+            rank = {id(c): k for k, c in enumerate(children[0].parent.children.values())}
+            children.sort(key=lambda c: rank[id(c)])
             past = children[0].start
             cur: list[_Node] = []
             for child in children:
                 tree = _subtree(child, pending)
                 if not self._fits(past, sum(len(n.tokens) for n in tree)):
                     items.append([child])
+                elif owner is None:
+                    items.append(tree)
                 elif self._fits(past, sum(len(n.tokens) for n in cur + tree)):
                     cur += tree
                 else:
@@ -684,12 +727,18 @@ class Engine:
 
 
 def _subtree(node: _Node, pending: set[_Node]) -> list[_Node]:
-    """``node`` and its pending descendants in depth-first preorder (a tree block's layout)."""
+    """``node`` and its pending descendants in depth-first preorder (a tree block's layout),
+    stopping below a node where requests part: its pending children are not all one owner's
+    (several shared children can only come from different requests)."""
     out, stack = [], [node]
     while stack:
         n = stack.pop()
         out.append(n)
-        stack.extend(reversed([c for c in n.children.values() if c in pending]))
+        below = [c for c in n.children.values() if c in pending]
+        owners = {c.owner for c in below}
+        if len(below) > 1 and (len(owners) > 1 or None in owners):
+            continue
+        stack.extend(reversed(below))
     return out
 
 
@@ -701,10 +750,11 @@ def _block(item: list[_Node]) -> Block:
 
 
 def _packing(artifacts: Artifacts, backbone: Backbone, wanted: bool | None) -> tuple[bool, str]:
-    """(use tree blocks?, why or why not). They need the 4-D mask (format version 2). INT8 stays
-    unpacked by default: a block's masked sibling columns move float sums by ~1e-7, which can tip a
-    per-token rounding in the next INT8 MatMul (see ``equal_pasts``): 0.086 measured on the tiny
-    model (docs/benchmarks.md, "Tree blocks")."""
+    """(use tree blocks?, why or why not). They need the 4-D mask (format version 2), and INT8 needs
+    row-independent (per-token) activation scales: per-tensor scales span the whole block. INT8
+    packs with one answer per request when the caller says whose each context is (``owners``, as
+    the Decider does): without, a block may mix requests, whose masked columns move float sums by
+    ~1e-7 and can tip a per-token rounding (0.086 measured on the tiny model, docs/benchmarks.md)."""
     if not backbone.takes_tree_mask:
         why = ("the graph's attention_mask is 2-D (an export before format version 2, a sliding-window "
                "model, whose window a 4-D mask would bypass, or an adopted graph): every node runs as a row")
@@ -713,10 +763,10 @@ def _packing(artifacts: Artifacts, backbone: Backbone, wanted: bool | None) -> t
         return False, why
     if wanted is False:
         return False, "packed=False"
-    if artifacts.quantization is not None and not wanted:
-        return False, ("INT8: masked sibling columns can tip per-token activation rounding, so packed "
-                       "answers would depend on batch-mates; rows stay unpacked (packed=True forces)")
-    return True, "tree blocks: one row per ready node's pending subtree"
+    if artifacts.quantization is not None and not rows_independent(artifacts) and not wanted:
+        return False, ("INT8 with per-tensor activation scales: a block's scale would span other "
+                       "nodes' tokens; rows stay unpacked (packed=True forces)")
+    return True, "tree blocks: one row per ready node's pending subtree, one request's per row"
 
 
 def _has_checkpoint(node: _Node) -> bool:

@@ -103,7 +103,8 @@ def check_cpu(engine: Engine, here: str | None = None) -> dict[str, Any] | None:
     if check is None or measured_on == here:
         return found
     allowed = [check["candidates"]] * len(check["input_ids"])
-    logits = engine.next_token_logits(check["input_ids"], allowed, use_cache=False)
+    ids = check["input_ids"]  # each probe its own owner: computed as it was recorded, alone
+    logits = engine.next_token_logits(ids, allowed, use_cache=False, owners=list(range(len(ids))))
     probs = np.array([restricted_softmax(z) for z in logits])                    # (probes, candidates)
     dp = float(np.abs(probs - np.asarray(check["probabilities"])).max())
     found["max_abs_prob"] = dp
