@@ -754,6 +754,12 @@ def measure_prefill(run: Run, dtype: str, mode: str, eng: Any) -> None:
     med = float(np.median(times))
     run.res.setdefault("prefill", {})[dtype] = {**summarize(times), "tokens": len(ids),
                                                 "gflops": round(2 * run.params * len(ids) / med / 1e9, 2)}
+    if "W4" in run.reqs:  # W4's own prompt (prefix + its question's suffix): what reading 200 options adds to
+        comp = run.compiled[("W4", mode)]
+        ids = list(comp.prefix_ids) + list(comp.questions[0].suffix_ids)
+        times, _ = timed(lambda: eng.next_token_logits([ids], [[0, 1]], use_cache=False),
+                         run.args.trials, f"prefill W4 prompt {dtype}", warmup=run.args.warmup)
+        run.res.setdefault("prefill_w4_prompt", {})[dtype] = {**summarize(times), "tokens": len(ids)}
 
 
 def run_profiles(run: Run) -> None:
@@ -966,6 +972,20 @@ def ratios(res: dict[str, Any], mode: str) -> dict[str, Any]:
             out[f"W5/{b}/errors"] = w5[b]["errors"]
             out[f"W5/{b}/all_equal_sequential"] = w5[b]["all_equal_sequential"]
     pf, peaks = res.get("prefill", {}), res.get("matmul_peaks_gflops", {})
+    # Fraction of the physical limit: (tokens computed × FLOP per token) / time, over the GEMM peak of
+    # the dtype measured in the same run (INT8 exports keep down_proj float32, so their true limit
+    # lies between the int8 and the fp32 peak: against the int8 peak the fraction is a lower bound).
+    peak = {"fp32": max(peaks.get("torch_fp32", 0), peaks.get("ort_fp32", 0)),
+            "int8": max(peaks.get("torch_int8", 0), peaks.get("ort_int8_dynamic", 0))}
+    for wl in R:
+        for system, r in R[wl].items():
+            dtype = next((t for t in ("fp32", "int8") if system.startswith(f"ours_{t}_")), None)
+            if dtype and peak[dtype] and r.get("prefill_gflops"):
+                out[f"{wl}/of_limit/{system}"] = round(r["prefill_gflops"] / peak[dtype], 2)
+    for dtype, p in res.get("prefill_w4_prompt", {}).items():  # W4 total / the prefill of its own prompt
+        w4 = med("W4", f"ours_{dtype}_{mode}_cache-off")
+        if w4 and p.get("median_s"):
+            out[f"W4_over_its_prompt_prefill/ours_{dtype}"] = round(w4 / p["median_s"], 2)
     if "fp32" in pf and "int8" in pf:
         out["prefill_int8_over_fp32"] = round(pf["int8"]["gflops"] / pf["fp32"]["gflops"], 2)
     if "fp32" in pf:

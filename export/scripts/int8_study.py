@@ -30,10 +30,13 @@ from pathlib import Path
 import numpy as np
 
 import typed_decisions_export.quantize as qm
-from typed_decisions_export.int8_matmul import EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat, quantize_matmuls
+from typed_decisions.cpu import cpu_class
+from typed_decisions.quantized import EXACT_CLASSES
+from typed_decisions_export.int8_matmul import (EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat, quantize_matmuls,
+                                                write_u8u8_graph)
 
 FORMATS = {"a7w8": IntegerFormat(63, 127), "a8w7": EXACT_EVERYWHERE_FORMAT,
-           "a8w8": TOKEN_FORMAT}  # a8w8's u8·s8 graph: exact only where u8·s8 accumulates in int32 (VNNI/AMX)
+           "a8w8": TOKEN_FORMAT}  # a8w8's u8·s8 graph is exact only on VNNI/AMX: elsewhere its u8·u8 twin runs
 from typed_decisions_export.ort_backbone import OrtBackbone
 from typed_decisions_export.tokenizer_files import candidate_ids, encode_prompt, render_chat
 
@@ -116,7 +119,12 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
                 channels[t["x"]] = qm.float_channels(absmax[t["x"]] * rows.get(t["gamma"], 1.0), fcn)
         quantize_matmuls(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols,
                          activations=activations, fmt=fmt, float_channels=channels, log=lambda m: None)
-        ort = OrtBackbone(work / "m.onnx")
+        graph = work / "m.onnx"
+        if fmt is TOKEN_FORMAT and cpu_class() not in EXACT_CLASSES:
+            # 8-bit weights saturate the u8·s8 kernel here: run the u8·u8 twin the runtime would load
+            write_u8u8_graph(graph, work / "m.u8u8.onnx")
+            graph = work / "m.u8u8.onnx"
+        ort = OrtBackbone(graph)
         tables = {
             "alone": np.concatenate([probe.alone(ort, probes), probe.alone(ort, held)]),
             "batched": np.concatenate([probe.batched(ort, probes), probe.batched(ort, held)]),
@@ -126,6 +134,7 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
         gc.collect()
         (work / "m.onnx").unlink()
         (work / "m.onnx.data").unlink()
+        (work / "m.u8u8.onnx").unlink(missing_ok=True)
         dp = {mode: np.abs(t - ref).max(axis=1) for mode, t in tables.items()}  # (20,) each
         every = np.concatenate(list(dp.values()))
         gate = qm._compare(ref[: len(probes)], tables["alone"][: len(probes)])
@@ -133,7 +142,8 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
         print(f"{spec}: gate (8 probes alone) max {gate['max_abs_prob']:.3f} flips {gate['top1_flips']} "
               f"decisive {gate['decisive_flips']} | held-out alone max {dp['alone'][len(probes):].max():.3f} | "
               f"all 60 mean {every.mean():.4f} max {every.max():.3f} | " + " | ".join(parts)
-              + f" | float32 down_proj {len(float_nodes)} | {time.perf_counter() - t0:.0f} s", flush=True)
+              + f" | float32 down_proj {len(float_nodes)} | {graph.name} on {cpu_class()} | {time.perf_counter() - t0:.0f} s",
+              flush=True)
 
 
 def prefill(fp32_dir: Path, graphs: list[Path], threads: int = 2) -> None:
