@@ -240,9 +240,10 @@ class Decider:
             ``max_rotations`` cyclic rotations of its options, score levels both ways, averaged).
         wording: a name of ``wording.WORDINGS``: the system prompt and the question block's fixed
             sentences (default ``"default"``, the wording the runtime has always used).
-        packed: tree blocks (question suffixes and label branches of a state in one row;
-            docs/METHOD.md). Default: on for float32 exports of format version 2, off for INT8
-            and 2-D-mask graphs; False turns them off, True forces them on INT8 (studies).
+        packed: tree blocks (a request's state, question suffixes and label branches in one
+            row; never two requests in one row; docs/METHOD.md). Default: on for exports of
+            format version 2 (float32 and per-token INT8), off for per-tensor INT8 and 2-D-mask
+            graphs; False turns them off, True forces them on per-tensor INT8 (studies).
     """
 
     def __init__(self, artifacts: Artifacts, *, label_mode: LabelMode = "auto",
