@@ -53,7 +53,7 @@ from typed_decisions.compiler import resolve_label_mode
 from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import DATASETS, load_dataset
 from typed_decisions.evaluation.fitting import apply_calibration, calibration_fit
-from typed_decisions.evaluation.metrics import accuracy, ece, macro_f1, metrics
+from typed_decisions.evaluation.metrics import COVERAGES, accuracy, coverage_accuracy, ece, macro_f1, metrics
 from typed_decisions.evaluation.spec import QuestionSpec
 
 SAVE_EVERY = 10
@@ -122,11 +122,18 @@ def effective_key(setting: Setting, qtype: str) -> str:
     return json.dumps({"options": opts, "question": setting.question, "decider": setting.decider}, sort_keys=True)
 
 
-def ask(decider: Decider, spec: QuestionSpec, row: Mapping[str, Any], n: int, setting: Setting) -> list[float]:
+def ask(decider: Decider, spec: QuestionSpec, row: Mapping[str, Any], n: int,
+        setting: Setting) -> tuple[list[float], float | None]:
+    """One row's option probabilities under ``setting``, and its label mass when the setting asks
+    for it (option ``"label_mass": true``: one full-vocabulary product per question, so opt-in)."""
     req = spec.row_request(decider.name, row, n)
     if setting.question:
         req["questions"][spec.name] = {**req["questions"][spec.name], **setting.question}
-    return decider.probabilities(req, **setting.options)[spec.name].tolist()
+    options = dict(setting.options)
+    if options.pop("label_mass", False):
+        read = decider.readouts(req, label_mass=True, **options)[spec.name]
+        return read.probabilities().tolist(), read.mean_label_mass()
+    return decider.probabilities(req, **options)[spec.name].tolist(), None
 
 
 def collect(raw: dict[str, Any], raw_path: Path, datasets: Sequence[str], settings: Sequence[Setting],
@@ -149,7 +156,7 @@ def collect(raw: dict[str, Any], raw_path: Path, datasets: Sequence[str], settin
                     if any(len(raw[f"{ds}/{s.name}"][part]["gold"]) <= n for s in settings)]
             t0, done = time.perf_counter(), 0
             for n in todo:
-                memo: dict[str, list[float]] = {}
+                memo: dict[str, tuple[list[float], float | None]] = {}
                 for s in settings:
                     cell = raw[f"{ds}/{s.name}"]
                     if len(cell[part]["gold"]) > n:
@@ -157,7 +164,10 @@ def collect(raw: dict[str, Any], raw_path: Path, datasets: Sequence[str], settin
                     key = effective_key(s, spec.type)
                     if key not in memo:
                         memo[key] = ask(get_decider(s), spec, rows[n], n, s)
-                    cell[part]["probabilities"].append(memo[key])
+                    probs, mass = memo[key]
+                    cell[part]["probabilities"].append(probs)
+                    if mass is not None:
+                        cell[part].setdefault("label_mass", []).append(mass)
                     cell[part]["gold"].append(spec.gold_index(rows[n], n))
                     cell["model"] = get_decider(s).name
                 done += 1
@@ -171,7 +181,8 @@ def collect(raw: dict[str, Any], raw_path: Path, datasets: Sequence[str], settin
             for s in settings:
                 cell = raw[f"{ds}/{s.name}"]
                 if "content_free" not in cell:
-                    cf = get_decider(s).probabilities(spec.request(get_decider(s).name, "N/A"), **s.options)
+                    opts = {k: v for k, v in s.options.items() if k != "label_mass"}
+                    cf = get_decider(s).probabilities(spec.request(get_decider(s).name, "N/A"), **opts)
                     cell["content_free"] = cf[spec.name].tolist()
                     raw_path.write_text(json.dumps(raw) + "\n")
 
@@ -185,6 +196,25 @@ def bootstrap(probs: list[np.ndarray], gold: list[int], idx: np.ndarray) -> dict
         for m, f in METRICS.items():
             out[m][b] = f(p, g)
     return out
+
+
+SIGNALS = ("confidence", "label_mass", "product")
+
+
+def selective_accuracy(probs: Sequence[np.ndarray], gold: Sequence[int], masses: Sequence[float]) -> dict[str, float]:
+    """Per abstain signal, the accuracy on the rows it ranks highest, averaged over the coverages
+    ``COVERAGES`` (1.0 … 0.5): a scalar summary of the risk–coverage curve, higher is better.
+    Signals: max p (``confidence``), the label mass, and their product.
+
+    >>> r = selective_accuracy([np.array([.6, .4]), np.array([.9, .1])], [0, 1], [0.9, 0.2])
+    >>> r["confidence"] < r["label_mass"]   # max p ranks the wrong answer first, the mass the right one
+    True
+    """
+    conf = [float(np.max(p)) for p in probs]
+    hits = [float(np.argmax(p) == y) for p, y in zip(probs, gold)]
+    scores = {"confidence": conf, "label_mass": list(masses), "product": [c * m for c, m in zip(conf, masses)]}
+    return {k: float(np.mean([r["accuracy"] for r in coverage_accuracy(v, hits, COVERAGES)]))
+            for k, v in scores.items()}
 
 
 def interval(samples: np.ndarray) -> list[float]:
@@ -214,6 +244,16 @@ def analyse(raw: Mapping[str, Any], datasets: Sequence[str], settings: Sequence[
                    "grid_seconds_per_row": round(c["seconds"] / max(1, len(c["fit"]["gold"]) + len(c["test"]["gold"])), 3),
                    "test": {k: m[k] for k in ("accuracy", "macro_f1", "nll", "brier", "ece") if k in m},
                    "test_ci95": {k: interval(v) for k, v in boot.items()}}
+            masses = c["test"].get("label_mass", [])[:n]
+            if len(masses) == n:
+                point = selective_accuracy(tp, tg, masses)
+                boots = [selective_accuracy([tp[i] for i in r], [tg[i] for i in r], [masses[i] for i in r])
+                         for r in idx]
+                diffs = {k: np.array([b[k] - b["confidence"] for b in boots]) for k in SIGNALS[1:]}
+                samples[ds, s.name]["selective"] = np.array([[b[k] for k in SIGNALS] for b in boots])
+                out["label_mass"] = {"mean": round(float(np.mean(masses)), 4), "min": round(float(np.min(masses)), 4),
+                                     "selective_accuracy": {k: round(v, 4) for k, v in point.items()},
+                                     "minus_confidence_ci95": {k: interval(v) for k, v in diffs.items()}}
             fit_n = min(n_fit, len(c["fit"]["gold"]))
             if fit_n and "content_free" in c:
                 fp = [np.asarray(p) for p in c["fit"]["probabilities"][:fit_n]]
@@ -236,6 +276,16 @@ def analyse(raw: Mapping[str, Any], datasets: Sequence[str], settings: Sequence[
             "mean_ece": round(float(np.mean([cells[f"{d}/{s.name}"]["test"]["ece"] for d in datasets])), 4),
             "worst_set": worst, "worst_accuracy": acc[worst],
             "worst_accuracy_ci95": cells[f"{worst}/{s.name}"]["test_ci95"]["accuracy"]}
+        with_mass = [d for d in datasets if "selective" in samples[d, s.name]]
+        if with_mass:  # mean over the sets that recorded the label mass, paired per resample
+            sel = np.mean([samples[d, s.name]["selective"] for d in with_mass], axis=0)  # (boot, signal)
+            point = {k: float(np.mean([cells[f"{d}/{s.name}"]["label_mass"]["selective_accuracy"][k] for d in with_mass]))
+                     for k in SIGNALS}
+            entry["label_mass"] = {
+                "sets": len(with_mass),
+                "mean_selective_accuracy": {k: round(v, 4) for k, v in point.items()},
+                "mean_minus_confidence": {k: round(point[k] - point["confidence"], 4) for k in SIGNALS[1:]},
+                "mean_minus_confidence_ci95": {k: interval(sel[:, i] - sel[:, 0]) for i, k in enumerate(SIGNALS) if i}}
         if baseline in {x.name for x in settings} and s.name != baseline:
             deltas, dsamples = {}, []
             for d in datasets:
@@ -283,6 +333,25 @@ def report(res: Mapping[str, Any], datasets: Sequence[str], settings: Sequence[S
                 for n in others) + " |")
         lines.append("| **mean over sets** | " + " | ".join(
             fmt(summ[n]["mean_delta"], summ[n]["mean_delta_ci95"], True) for n in others) + " |")
+    mass = [(k, c) for k, c in cells.items() if "label_mass" in c]
+    if mass:
+        lines += ["", "Abstain signals: accuracy on the answered rows, averaged over coverages 1.0–0.5 "
+                  "(paired differences against max p):", "",
+                  "| cell | mean label mass (min) | by max p | by label mass [− max p, 95% CI] | by product [− max p, 95% CI] |",
+                  "|---|---:|---:|---:|---:|"]
+        for k, c in mass:
+            m, sa, ci = c["label_mass"], c["label_mass"]["selective_accuracy"], c["label_mass"]["minus_confidence_ci95"]
+            lines.append(f"| {k} | {m['mean']:.3f} ({m['min']:.3f}) | {sa['confidence']:.3f} | "
+                         f"{sa['label_mass']:.3f} {fmt(sa['label_mass'] - sa['confidence'], ci['label_mass'], True)} | "
+                         f"{sa['product']:.3f} {fmt(sa['product'] - sa['confidence'], ci['product'], True)} |")
+        for n in names:
+            e = summ[n].get("label_mass")
+            if e:
+                lines.append(f"| **mean over {e['sets']} sets ({n})** | | {e['mean_selective_accuracy']['confidence']:.3f} | "
+                             f"{e['mean_selective_accuracy']['label_mass']:.3f} "
+                             f"{fmt(e['mean_minus_confidence']['label_mass'], e['mean_minus_confidence_ci95']['label_mass'], True)} | "
+                             f"{e['mean_selective_accuracy']['product']:.3f} "
+                             f"{fmt(e['mean_minus_confidence']['product'], e['mean_minus_confidence_ci95']['product'], True)} |")
     cal = [(k, c) for k, c in cells.items() if "calibration" in c]
     if cal:
         lines += ["", "| cell | variant | T | test acc | test NLL | test ECE [95% CI] |", "|---|---|---:|---:|---:|---:|"]

@@ -42,6 +42,12 @@ class FakeDecider:
         p[(len(request["state"]) + self.SHIFT[mode] + extra.get("bump", 0)) % k] = 0.9
         return {qname: p}
 
+    def readouts(self, request, *, label_mass=False, **options):
+        """What the sweep asks when a setting records the label mass: mass = 1 / len(state)."""
+        ((qname, p),) = self.probabilities(request, **options).items()
+        mass = 1.0 / len(request["state"]) if label_mass else None
+        return {qname: type("R", (), {"probabilities": lambda self: p, "mean_label_mass": lambda self: mass})()}
+
 
 @pytest.fixture
 def two_sets(monkeypatch):
@@ -139,3 +145,38 @@ def test_analyse_only_reads_the_raw_file_and_asks_nothing(two_sets, tmp_path):
     assert summary["cells"]["a/names"]["test_n"] == 6  # what the raw file has, not --test
     with pytest.raises(SystemExit, match="no rows for a/auto"):
         sweep.main(["--datasets", "a", "--settings", "auto", "--out", str(out), "--analyse-only"])
+
+
+def test_label_mass_is_recorded_and_judged_as_an_abstain_signal(two_sets, tmp_path):
+    f = tmp_path / "grid.json"
+    f.write_text(json.dumps([{"name": "auto-mass", "options": {"label_mode": "auto", "label_mass": True}}]))
+    settings = sweep.load_settings("auto", f)
+    fake, raw = FakeDecider(), {}
+    sweep.collect(raw, tmp_path / "r.json", ["a", "b"], settings, 0, 12, lambda s: fake, calibrate=False)
+    cell = raw["a/auto-mass"]["test"]
+    assert cell["probabilities"] == raw["a/auto"]["test"]["probabilities"]  # same answers, plus the mass
+    assert "label_mass" not in raw["a/auto"]["test"]
+    states = [r["state"] for r in sweep.load_dataset("a", "test", 12).rows]
+    assert cell["label_mass"] == pytest.approx([1 / len(x) for x in states])
+    res = sweep.analyse(raw, ["a", "b"], settings, 0, 12, 100, "auto")
+    got = res["cells"]["a/auto-mass"]["label_mass"]
+
+    # oracle: rank rows by each signal, answer the top ceil(c*n), average accuracy over the coverages
+    probs = [np.asarray(p) for p in cell["probabilities"]]
+    hits = np.array([int(np.argmax(p)) == g for p, g in zip(probs, cell["gold"], strict=True)], float)
+    conf = np.array([p.max() for p in probs])
+    mass = np.array(cell["label_mass"])
+
+    def sel(score):
+        order = np.argsort(-score, kind="stable")
+        return np.mean([hits[order[:int(np.ceil(c * len(hits)))]].mean() for c in (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)])
+
+    assert got["selective_accuracy"]["confidence"] == pytest.approx(sel(conf), abs=1e-4)
+    assert got["selective_accuracy"]["label_mass"] == pytest.approx(sel(mass), abs=1e-4)
+    assert got["selective_accuracy"]["product"] == pytest.approx(sel(conf * mass), abs=1e-4)
+    summ = res["settings"]["auto-mass"]["label_mass"]
+    assert summ["sets"] == 2 and "label_mass" not in res["settings"]["auto"]
+    assert summ["mean_minus_confidence"]["label_mass"] == pytest.approx(np.mean(
+        [res["cells"][f"{d}/auto-mass"]["label_mass"]["selective_accuracy"]["label_mass"]
+         - res["cells"][f"{d}/auto-mass"]["label_mass"]["selective_accuracy"]["confidence"] for d in "ab"]), abs=1e-3)
+    assert "Abstain signals" in sweep.report(res, ["a", "b"], settings, "auto")
