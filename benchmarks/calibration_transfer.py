@@ -10,14 +10,14 @@ NLL and ECE on every bench set it was not fitted on. This reads a sweep raw file
 For each set S (the test rows of the cell ``S/<setting>``; fit rows, if any, are not used) and each
 family, the calibration is fitted on rows that are not S's and applied to S's rows:
 
-    T|type      one temperature per question type, fitted (min NLL, ``fitting.fit_temperature``) on the
-                rows of every OTHER set of S's type: what a per-type default in the export would be
-    T|all       one temperature for every type, fitted on the rows of every other set, all types pooled
-    platt|type  noul only: logit shift + temperature, sigmoid(a·logit p_yes + b), fitted on the other
-                noul sets (noul always reads yes/no, so "yes" means the same thing in every set)
-    T|within    the per-task ``calibrate`` path, for reference: S's own rows split by row index (even /
-                odd), T fitted on one half and applied to the other, both ways (2-fold cross-fitting)
-    platt|within  the same for the noul logit shift + temperature
+    type-T        one temperature per question type, fitted (min NLL, ``fitting.fit_temperature``) on
+                  the rows of every OTHER set of S's type: what a per-type default in the export would be
+    pooled-T      one temperature for every type, fitted on the rows of every other set, all types pooled
+    type-Platt    noul only: logit shift + temperature, sigmoid(a·logit p_yes + b), fitted on the other
+                  noul sets (noul always reads yes/no, so "yes" means the same thing in every set)
+    within-T      the per-task ``calibrate`` path, for reference: S's own rows split by row index (even /
+                  odd), T fitted on one half and applied to the other, both ways (2-fold cross-fitting)
+    within-Platt  the same for the noul logit shift + temperature
 
 A per-option bias is not a transferable thing for choice or score questions: sets have 2 to 50
 options with unrelated meanings, so only a scalar per type (the temperature) can move between them.
@@ -186,11 +186,11 @@ class Family:
 
 
 FAMILIES = (
-    Family("T|type", "type", fit_t, apply_t),
-    Family("T|all", "all", fit_t, apply_t),
-    Family("platt|type", "type", fit_platt, apply_platt, types=("noul",)),
-    Family("T|within", "within", fit_t, apply_t),
-    Family("platt|within", "within", fit_platt, apply_platt, types=("noul",)),
+    Family("type-T", "type", fit_t, apply_t),
+    Family("pooled-T", "all", fit_t, apply_t),
+    Family("type-Platt", "type", fit_platt, apply_platt, types=("noul",)),
+    Family("within-T", "within", fit_t, apply_t),
+    Family("within-Platt", "within", fit_platt, apply_platt, types=("noul",)),
 )
 
 
@@ -303,7 +303,7 @@ def report(res: Mapping[str, Any]) -> str:
     lines += ["", "| family | sets | NLL lower | ECE lower | both lower | NLL worse beyond CI | ECE worse beyond CI | "
               "lower on every set |", "|---|---:|---:|---:|---:|---|---|---|"]
     for fam, s in res["families"].items():
-        ref = " (reference: fitted on the set itself)" if fam.endswith("|within") else ""
+        ref = " (reference: fitted on the set itself)" if fam.startswith("within-") else ""
         lines.append(f"| {fam}{ref} | {s['sets']} | {s['nll_improved']} | {s['ece_improved']} | {s['both_improved']} | "
                      f"{', '.join(s['nll_worse_beyond_ci']) or '–'} | {', '.join(s['ece_worse_beyond_ci']) or '–'} | "
                      f"{'yes' if s['meets_bar'] else 'no'} |")

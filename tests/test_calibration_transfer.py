@@ -52,14 +52,14 @@ def test_a_temperature_shared_by_type_is_recovered_and_transfers():
     res = ct.analyse(sets, n_boot=200)
     for name, e in res["sets"].items():
         truth = 2.5 if e["type"] == "choice" else 0.4
-        f = e["families"]["T|type"]
+        f = e["families"]["type-T"]
         assert f["params"]["temperature"] == pytest.approx(truth, rel=0.25), name
         assert f["delta"]["nll"] < 0 and f["delta"]["ece"] < 0 and f["delta"]["accuracy"] == 0, name
         assert f["delta_ci95"]["nll"][1] < 0, name  # lower beyond noise: 300 rows, strong miscalibration
-    assert res["families"]["T|type"]["meets_bar"] and res["families"]["T|type"]["both_improved"] == 6
-    assert "T|type" in res["families_meeting_bar"] and res["verdict"].startswith("transfers")
+    assert res["families"]["type-T"]["meets_bar"] and res["families"]["type-T"]["both_improved"] == 6
+    assert "type-T" in res["families_meeting_bar"] and res["verdict"].startswith("transfers")
     # choice wants T > 1, noul T < 1: one temperature for all types cannot serve both
-    assert not res["families"]["T|all"]["meets_bar"]
+    assert not res["families"]["pooled-T"]["meets_bar"]
     assert res["fit_on_all_sets"]["choice"] == pytest.approx(2.5, rel=0.2)
     assert res["fit_on_all_sets"]["noul"] == pytest.approx(0.4, rel=0.2)
 
@@ -68,14 +68,14 @@ def test_opposite_miscalibration_does_not_transfer_but_the_within_set_fit_helps(
     specs = [("over", "choice", 3, 300, 2.5), ("under", "choice", 3, 300, 0.4)]
     res = ct.analyse(ct.load_sets(raw_file(specs), "auto"), n_boot=200)
     for name in ("over", "under"):
-        loso, within = res["sets"][name]["families"]["T|type"], res["sets"][name]["families"]["T|within"]
+        loso, within = res["sets"][name]["families"]["type-T"], res["sets"][name]["families"]["within-T"]
         assert loso["delta"]["nll"] > 0 and loso["delta"]["ece"] > 0, name
         assert loso["delta_ci95"]["nll"][0] > 0, name  # worse beyond noise
         assert within["delta"]["nll"] < 0 and within["delta"]["ece"] < 0, name
-    assert res["sets"]["over"]["families"]["T|type"]["params"]["temperature"] == pytest.approx(0.4, rel=0.25)
+    assert res["sets"]["over"]["families"]["type-T"]["params"]["temperature"] == pytest.approx(0.4, rel=0.25)
     assert res["families_meeting_bar"] == [] and res["verdict"].startswith("does not transfer")
-    assert res["families"]["T|type"]["nll_worse_beyond_ci"] == ["over", "under"]
-    assert res["meets_bar_by_type"] == {"choice": {"T|type": False, "T|all": False}}
+    assert res["families"]["type-T"]["nll_worse_beyond_ci"] == ["over", "under"]
+    assert res["meets_bar_by_type"] == {"choice": {"type-T": False, "pooled-T": False}}
     table = ct.report(res)
     assert "**Verdict:** does not transfer" in table and "| over (choice, 3, 300) |" in table
 
@@ -86,23 +86,23 @@ def test_a_set_is_never_in_its_own_fit():
     res = ct.analyse(sets, n_boot=20)
     for s in sets:
         fams = res["sets"][s.name]["families"]
-        for fam in ("T|type", "T|all", "platt|type"):
+        for fam in ("type-T", "pooled-T", "type-Platt"):
             if fam not in fams:
-                assert fam == "platt|type" and s.qtype != "noul"
+                assert fam == "type-Platt" and s.qtype != "noul"
                 continue
             assert s.name not in fams[fam]["fitted_on"]
         others = [o for o in sets if o.name != s.name and o.qtype == s.qtype]
-        assert fams["T|type"]["fitted_on"] == [o.name for o in others]
-        assert fams["T|type"]["params"]["temperature"] == pytest.approx(
+        assert fams["type-T"]["fitted_on"] == [o.name for o in others]
+        assert fams["type-T"]["params"]["temperature"] == pytest.approx(
             fit_temperature([p for o in others for p in o.probs], [int(g) for o in others for g in o.gold]))
-        assert fams["T|all"]["fitted_on"] == [o.name for o in sets if o.name != s.name]
+        assert fams["pooled-T"]["fitted_on"] == [o.name for o in sets if o.name != s.name]
     # changing a set's own rows changes nothing fitted for it
     raw2 = dict(raw)
     raw2["c5/auto"] = dict(raw["c5/auto"], test={"gold": [0] * 120, "probabilities": [[0.96, 0.01, 0.01, 0.01, 0.01]] * 120})
     res2 = ct.analyse(ct.load_sets(raw2, "auto"), n_boot=20)
-    for fam in ("T|type", "T|all"):
+    for fam in ("type-T", "pooled-T"):
         assert res2["sets"]["c5"]["families"][fam]["params"] == res["sets"]["c5"]["families"][fam]["params"]
-    assert res2["sets"]["c3"]["families"]["T|type"]["params"] != res["sets"]["c3"]["families"]["T|type"]["params"]
+    assert res2["sets"]["c3"]["families"]["type-T"]["params"] != res["sets"]["c3"]["families"]["type-T"]["params"]
 
 
 def test_within_set_fits_one_half_and_reports_on_the_other():
@@ -142,7 +142,7 @@ def test_resampled_metrics_match_the_library_and_the_deltas_are_paired():
         for m, f in (("nll", nll), ("ece", ece)):
             diffs = [f(list(after[i]), s.gold[i].tolist()) - f(list(s.probs[i]), s.gold[i].tolist()) for i in idx]
             want = [round(float(np.percentile(diffs, q)), 4) for q in (2.5, 97.5)]
-            assert res["sets"][s.name]["families"]["T|type"]["delta_ci95"][m] == pytest.approx(want, abs=1e-4)
+            assert res["sets"][s.name]["families"]["type-T"]["delta_ci95"][m] == pytest.approx(want, abs=1e-4)
 
 
 def test_platt_recovers_a_known_logit_shift_and_is_the_librarys_combined_calibration():
@@ -169,7 +169,7 @@ def test_main_prints_the_table_and_a_json_line_and_writes_the_result(tmp_path, c
     assert ct.main([str(path), "--boot", "50", "--out", str(out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     summary = json.loads(lines[-1])
-    assert summary["verdict"].startswith("transfers") and summary["families"]["T|type"]["sets"] == 4
+    assert summary["verdict"].startswith("transfers") and summary["families"]["type-T"]["sets"] == 4
     full = json.loads(out.read_text())
     assert full["setting"] == "auto" and set(full["sets"]) == {"c3", "c4", "n1", "n2"}
     assert full["sets"]["c3"]["n"] == 300 and full["table_markdown"] in "\n".join(lines)
