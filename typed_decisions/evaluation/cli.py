@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -21,7 +22,8 @@ from ..wording import WORDINGS
 from ..errors import InvalidRequestError, TypedDecisionsError
 from .datasets import get_spec, load_dataset, rows_for
 from .fitting import calibration_fit
-from .presets import answer_preset, content_hash, list_presets, load_preset, preset_file
+from .presets import (PresetCalibration, PresetFit, answer_preset, content_hash, list_presets, load_preset,
+                      preset_file, register_preset, with_calibration)
 from .run import MATPLOTLIB_HINT, collect_probabilities, content_free_probabilities, evaluate, plot_reliability
 from .spec import QuestionSpec
 
@@ -51,17 +53,21 @@ def _source(args: argparse.Namespace, split: str, limit: int | None
     """(question spec, rows of the split, report metadata) from --dataset / --data + --spec / --preset."""
     meta: dict[str, Any] = {"split": split, "limit": limit}
     spec: QuestionSpec | None = None
+    dataset = args.dataset
     if getattr(args, "preset", None):
         preset = load_preset(args.preset)
         spec = preset.question_spec()
         meta["preset"] = {"name": preset.name, "version": preset.version}
-    if args.dataset:
-        ds = load_dataset(args.dataset, split, limit, progress=not args.quiet)  # type: ignore[arg-type]
-        meta["dataset"] = args.dataset
-        meta["source"] = get_spec(args.dataset).source
+        if not dataset and not args.data:
+            dataset = preset.dataset  # the preset's own labelled data, if it names a dataset
+    if dataset:
+        ds = load_dataset(dataset, split, limit, progress=not args.quiet)  # type: ignore[arg-type]
+        meta["dataset"] = dataset
+        meta["source"] = get_spec(dataset).source
         return spec or ds.question, ds.rows, meta
     if not args.data:
-        raise InvalidRequestError("give --dataset NAME, or --data FILE.jsonl with --spec SPEC.json (or --preset NAME)")
+        raise InvalidRequestError("give --dataset NAME, or --data FILE.jsonl with --spec SPEC.json (or --preset NAME "
+                                  "of a preset that names its dataset)")
     if spec is None:
         if not args.spec:
             raise InvalidRequestError("--data needs --spec SPEC.json (the question and the row fields) or --preset NAME")
@@ -174,12 +180,21 @@ def main_calibrate(argv: list[str]) -> int:
     p.add_argument("--content-free", default="N/A", help="content-free state for contextual calibration")
     p.add_argument("--method", choices=["auto", "none", "temperature", "contextual", "combined"], default="auto",
                    help="what to write; auto = lowest NLL on the calibration split")
-    p.add_argument("--out", type=Path, required=True, help="calibration file to write (CalibrationFile JSON)")
+    p.add_argument("--out", type=Path, default=None, help="calibration file to write (CalibrationFile JSON)")
+    p.add_argument("--to-preset", type=Path, default=None,
+                   help="with --preset: write the preset (JSON) with this fit as its calibration for this model; "
+                        "a shipped preset's copy gets version + 1 (ship it: typed-decisions presets register FILE)")
     p.add_argument("--merge", action="store_true", help="keep the other question types of an existing --out")
     p.add_argument("--report", type=Path, default=None, help="write the fit report (JSON) here")
     args = p.parse_args(argv)
     from ..decider import Decider
 
+    if args.out is None and args.to_preset is None:
+        raise InvalidRequestError("give --out FILE.json (a calibration file) or --to-preset FILE.json (with --preset)")
+    if args.to_preset is not None and not args.preset:
+        raise InvalidRequestError("--to-preset needs --preset NAME (or your preset's .json path)")
+    if args.merge and args.out is None:
+        raise InvalidRequestError("--merge needs --out (a preset holds one question: one type)")
     spec, fit_rows, meta = _source(args, "calibration", args.limit)
     _, test_rows, _ = _source(args, "test", args.test_limit)
     if not fit_rows or not test_rows:
@@ -194,7 +209,7 @@ def main_calibrate(argv: list[str]) -> int:
     chosen = fit["best"] if args.method == "auto" else args.method
     v = fit["variants"][chosen]
     per_type: dict[str, TypeCalibration] = {}
-    if args.merge and args.out.exists():
+    if args.merge and args.out is not None and args.out.exists():
         old = CalibrationFile.load(args.out)
         if old.model != decider.name:
             raise TypedDecisionsError(f"--merge: {args.out} was fitted on {old.model!r}, this model is {decider.name!r}")
@@ -206,14 +221,18 @@ def main_calibrate(argv: list[str]) -> int:
                           content_free_state=args.content_free if any(c.contextual for c in per_type.values()) else None,
                           notes=f"{spec.type}: {chosen} fitted on {len(fit_rows)} rows of {src} (calibration split, "
                                 f"labels {resolve_label_mode(spec.type, args.labels)}); test NLL {v['test']['nll']:.4f} vs {fit['variants']['none']['test']['nll']:.4f} raw")
-    cal.save(args.out)
+    if args.out is not None:
+        cal.save(args.out)
     print(f"{src}: fit n={len(fit_rows)}, test n={len(test_rows)}, type {spec.type}, p_cf({args.content_free!r}) = "
           + ", ".join(f"{x:.3f}" for x in cf))
     print(f"{'variant':<12} {'T':>7}  {'fit NLL':>8}  {'test NLL':>8}  {'test acc':>8}  {'test ECE':>8}  {'test Brier':>10}")
     for name, r in fit["variants"].items():
         print(f"{name:<12} {r['temperature']:>7.3f}  {r['fit']['nll']:>8.4f}  {r['test']['nll']:>8.4f}  "
               f"{r['test']['accuracy']:>8.3f}  {r['test']['ece']:>8.4f}  {r['test']['brier']:>10.4f}")
-    print(f"wrote {args.out}: {spec.type} = {chosen}")
+    if args.out is not None:
+        print(f"wrote {args.out}: {spec.type} = {chosen}")
+    if args.to_preset is not None:
+        _write_preset_calibration(args, argv, decider.name, fit, chosen, len(fit_rows), len(test_rows), src)
     if args.report:
         args.report.write_text(json.dumps({**meta, "model": decider.name, "question": spec.model_dump(),
                                            "label_mode": args.labels,
@@ -222,19 +241,49 @@ def main_calibrate(argv: list[str]) -> int:
     return 0
 
 
+def _write_preset_calibration(args: argparse.Namespace, argv: list[str], model: str, fit: Mapping[str, Any],
+                              chosen: str, fit_n: int, test_n: int, src: str | None) -> None:
+    """``calibrate --to-preset``: the preset's JSON with the chosen variant as its entry for ``model``."""
+    spec = load_preset(args.preset).question_spec()
+    v, none = fit["variants"][chosen], fit["variants"]["none"]
+    cal = PresetCalibration(
+        temperature=v["temperature"], contextual=v["contextual"], labels=resolve_label_mode(spec.type, args.labels),
+        debias="none", wording=args.wording,
+        content_free_state=args.content_free if v["contextual"] else None,
+        content_free=list(fit["content_free_probabilities"]) if v["contextual"] else None,
+        fitted=PresetFit(dataset=src, rows=fit_n, method=chosen, test_rows=test_n,  # type: ignore[arg-type]
+                         test_nll_before=none["test"]["nll"], test_nll_after=v["test"]["nll"],
+                         test_ece_before=none["test"]["ece"], test_ece_after=v["test"]["ece"],
+                         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                         command=shlex.join(["typed-decisions", "calibrate", *argv])))
+    own = Path(args.preset).suffix == ".json" and Path(args.preset).is_file()
+    source = Path(args.preset) if own else preset_file(args.preset)
+    data = with_calibration(json.loads(source.read_text(encoding="utf-8")), model, cal, bump=not own)
+    args.to_preset.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {args.to_preset}: preset {data['name']} v{data['version']}, calibration for {model} = "
+          f"{chosen} ({cal.describe()})")
+    if not own:
+        print(f"shipped preset {data['name']} was v{data['version'] - 1}: the copy is v{data['version']}. Add other "
+              f"models with --preset {args.to_preset}; ship it with: typed-decisions presets register {args.to_preset}")
+
+
 def main_presets(argv: list[str]) -> int:
-    """``typed-decisions presets list | show NAME | hash NAME | answer NAME --model DIR [STATE | -]``."""
+    """``typed-decisions presets list | show NAME | hash NAME | register FILE | answer NAME --model DIR [STATE | -]``."""
     p = argparse.ArgumentParser(prog="typed-decisions presets", description="Versioned question presets.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="shipped presets with their versions")
     sub.add_parser("show", help="print a preset's JSON").add_argument("name")
     sub.add_parser("hash", help="print a preset file's content hash (for the registry)").add_argument("name")
+    sub.add_parser("register", help="ship a preset version: copy FILE into presets_data and add its hash to the "
+                                    "registry (a development step)").add_argument("file", type=Path)
     pa = sub.add_parser("answer", help="ask a preset's question about a state")
     pa.add_argument("name")
     pa.add_argument("state", nargs="?", default="-", help="the state text; '-' or nothing reads stdin")
     pa.add_argument("--model", required=True, help="exported model directory, or a catalogue name")
     pa.add_argument("--labels", choices=LABEL_MODES, default=None)
-    pa.add_argument("--calibration", type=Path, default=None)
+    pa.add_argument("--calibration", type=Path, default=None, help="the Decider's own calibration file (it wins "
+                                                                   "over the preset's calibration)")
+    pa.add_argument("--no-preset-calibration", action="store_true", help="raw probabilities (params.calibration = none)")
     pa.add_argument("--threshold", type=float, default=None)
     pa.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
@@ -244,6 +293,10 @@ def main_presets(argv: list[str]) -> int:
             print(f"{pr.name:<24} v{pr.version}  {pr.question.type:<6}  {pr.description}")
     elif args.command == "show":
         print(load_preset(args.name).model_dump_json(indent=2, exclude_none=True))
+    elif args.command == "register":
+        data = json.loads(args.file.read_text(encoding="utf-8"))
+        digest = register_preset(data)
+        print(f"registered {data['name']} v{data['version']}: {digest} ({preset_file(data['name'])})")
     elif args.command == "hash":
         path = Path(args.name) if args.name.endswith(".json") else preset_file(args.name)
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -254,5 +307,8 @@ def main_presets(argv: list[str]) -> int:
         state = sys.stdin.read() if args.state == "-" else args.state
         decider = Decider.from_dir(args.model, threads=args.threads, calibration=args.calibration)
         params = {k: v for k, v in (("label_mode", args.labels), ("threshold", args.threshold)) if v is not None}
-        print(json.dumps(answer_preset(decider, args.name, state, params), indent=2, ensure_ascii=False))
+        if args.no_preset_calibration:
+            params["calibration"] = "none"
+        preset = load_preset(args.name) if args.name.endswith(".json") else args.name  # your own file, or a name
+        print(json.dumps(answer_preset(decider, preset, state, params), indent=2, ensure_ascii=False))
     return 0

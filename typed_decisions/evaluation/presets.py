@@ -14,8 +14,8 @@ sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` of the parsed file,
 key order do not matter (``schema.json_sha256``). ``typed-decisions presets hash NAME`` prints the
 line to add after a bump.
 
-Acting automatically (``policy``): with p the (calibrated, if the Decider has a file) option
-probabilities and o* = argmax p,
+Acting automatically (``policy``): with p the option probabilities (calibrated: by the Decider's
+file, else by the preset's entry for the model, see below) and o* = argmax p,
 
     act  iff  not never_auto(o*)  and  p[o*] >= threshold(o*)      threshold(o) = option's own, else the preset's
 
@@ -24,6 +24,19 @@ chosen option's probability (not on a confidence formula).
 
 ``answer_preset`` asks a preset's question in process; the server's preset endpoint runs its two
 steps (``prepare_preset``, then ``PresetCall.result``) around the micro-batcher.
+
+Calibration (``calibration``: model name → ``PresetCalibration``): a calibration fitted on the
+preset's own dataset for one model (``typed-decisions calibrate --preset NAME --to-preset FILE``;
+a calibration fitted on other tasks does not transfer, docs/evaluation.md). A preset call applies
+the entry for the Decider's model (``Decider.name``) when
+
+    the call did not pass params.calibration = "none",
+    the Decider has no calibration file of its own     (an explicit Decider file wins: never two
+                                                        calibrations stacked, both were fitted on raw p)
+    the call reads the question as the fit did          (resolved label mode, debias, wording)
+
+and the answer's ``calibration`` says what was applied (or why nothing was). Thresholds then apply
+to the calibrated probabilities.
 """
 
 from __future__ import annotations
@@ -33,24 +46,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..compiler import LABEL_MODES, LabelMode
+from .. import reducers
+from ..calibration import CalibrationFile, TypeCalibration, calibrate
+from ..compiler import LABEL_MODES, LabelMode, QuestionLabels, resolve_label_mode
 from ..errors import InvalidRequestError, TypedDecisionsError
-from ..schema import DecisionResponse, json_sha256
+from ..reducers import DEFAULT_CONFIDENCE, ConfidenceKind
+from ..schema import Debias, DecisionResponse, json_sha256
 from .spec import OptionSpec, QuestionSpec
 
 if TYPE_CHECKING:
     from ..decider import Decider
 
 __all__ = ["Preset", "PresetOption", "PresetQuestion", "Policy", "PresetError", "load_preset", "list_presets",
-           "content_hash", "answer_preset", "decide_action", "preset_file", "PresetCall", "prepare_preset"]
+           "content_hash", "answer_preset", "decide_action", "preset_file", "PresetCall", "prepare_preset",
+           "PresetCalibration", "PresetFit", "DeciderSettings", "select_calibration", "with_calibration",
+           "register_preset"]
 
 REGISTRY = "_registry.json"
-PARAMS = ("label_mode", "threshold", "debias")  # the params answer_preset accepts
+PARAMS = ("label_mode", "threshold", "debias", "calibration")  # the params answer_preset accepts
 
 
 class PresetError(TypedDecisionsError):
@@ -71,6 +89,60 @@ class Policy(BaseModel):
     threshold: float = Field(0.8, ge=0, le=1, description="default probability needed to act automatically")
 
 
+class PresetFit(BaseModel):
+    """Where a preset calibration came from (written by ``calibrate --to-preset``; informative)."""
+
+    model_config = ConfigDict(extra="forbid")
+    dataset: str | None = None
+    split: Literal["calibration"] = "calibration"
+    rows: int = Field(ge=1, description="calibration-split rows fitted on")
+    method: Literal["none", "temperature", "contextual", "combined"]
+    test_rows: int | None = Field(None, ge=1)
+    test_nll_before: float | None = None
+    test_nll_after: float | None = None
+    test_ece_before: float | None = None
+    test_ece_after: float | None = None
+    date: str = ""
+    command: str = ""
+
+
+class PresetCalibration(TypeCalibration):
+    """One model's calibration of a preset's question: ``TypeCalibration`` (temperature, contextual)
+    plus what a ``CalibrationFile`` computes at decide time, fixed here because the question is:
+    the content-free probabilities p_cf (option order) for ``content_free_state``. Valid only for
+    the reading it was fitted under (resolved label mode, debias, wording).
+
+    >>> c = PresetCalibration(temperature=0.5, contextual=True, content_free_state="N/A",
+    ...                       content_free=[0.75, 0.25], labels="names")
+    >>> c.apply([0.6, 0.4]).round(4).tolist()        # p / p_cf ∝ 1 : 2, then squared: 1 : 4
+    [0.2, 0.8]
+    """
+
+    labels: QuestionLabels = Field(description="label mode the question was read with (resolved: names/letters/mixture)")
+    debias: Debias = "none"
+    wording: str = "default"
+    content_free_state: str | None = Field(None, description="the state p_cf was read for (contextual only)")
+    content_free: list[float] | None = Field(None, description="p_cf in option order (contextual only), all > 0")
+    fitted: PresetFit | None = None
+
+    @model_validator(mode="after")
+    def _content_free_iff_contextual(self) -> PresetCalibration:
+        if self.contextual and (self.content_free is None or self.content_free_state is None):
+            raise ValueError("contextual is true: give content_free (p_cf, one per option) and content_free_state")
+        if not self.contextual and self.content_free is not None:
+            raise ValueError("content_free is only used when contextual is true")
+        if self.content_free is not None and not all(x > 0 for x in self.content_free):
+            raise ValueError(f"content_free entries must all be > 0 (they divide), got {self.content_free}")
+        return self
+
+    def apply(self, probs: Any) -> np.ndarray:
+        """``calibration.calibrate``: p / p_cf (if contextual), then temperature."""
+        return calibrate(probs, self.temperature, self.content_free if self.contextual else None)
+
+    def describe(self) -> str:
+        return f"T={self.temperature:g}" + (", contextual" if self.contextual else "")
+
+
 class Preset(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -79,6 +151,18 @@ class Preset(BaseModel):
     question: PresetQuestion
     policy: Policy = Field(default_factory=Policy)
     dataset: str | None = Field(None, description="a datasets.py name whose gold labels are this question's options")
+    calibration: dict[str, PresetCalibration] | None = Field(
+        None, description="model name (as Decider.name reports it) → its calibration fitted on this preset's dataset")
+
+    @model_validator(mode="after")
+    def _calibrations_fit_the_question(self) -> Preset:
+        for model, cal in (self.calibration or {}).items():
+            if not model:
+                raise ValueError("calibration: model names must be non-empty")
+            if cal.content_free is not None and len(cal.content_free) != len(self.question.options):
+                raise ValueError(f"calibration.{model}.content_free has {len(cal.content_free)} entries; "
+                                 f"the question has {len(self.question.options)} options")
+        return self
 
     def question_spec(self) -> QuestionSpec:
         """The question alone (policy fields dropped), for evaluation."""
@@ -119,7 +203,8 @@ def _parse(data: Any, where: str) -> Preset:
         return Preset.model_validate(data)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-        raise PresetError(f"{where}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        loc = ".".join(map(str, err["loc"]))
+        raise PresetError(f"{where}: {loc + ': ' if loc else ''}{err['msg']}") from None
 
 
 def load_preset(name: str | Path) -> Preset:
@@ -144,6 +229,43 @@ def load_preset(name: str | Path) -> Preset:
     return preset
 
 
+def with_calibration(data: Mapping[str, Any], model: str, cal: PresetCalibration, *, bump: bool = False
+                     ) -> dict[str, Any]:
+    """A preset's parsed JSON with ``cal`` as its calibration for ``model`` (replacing any there),
+    the version bumped by one if ``bump`` (a shipped preset's content changes); parsed to check it.
+
+    >>> d = {"name": "x", "version": 1, "question": {"name": "q", "type": "noul",
+    ...      "options": [{"name": "yes"}, {"name": "no"}]}}
+    >>> out = with_calibration(d, "m", PresetCalibration(temperature=0.25, labels="names"), bump=True)
+    >>> out["version"], out["calibration"]["m"]["temperature"], "calibration" in d
+    (2, 0.25, False)
+    """
+    out = json.loads(json.dumps(dict(data)))  # a deep copy; the input stays as it was
+    out["calibration"] = {**(out.get("calibration") or {}), model: cal.model_dump(mode="json", exclude_none=True)}
+    if bump:
+        out["version"] = int(out["version"]) + 1
+    _parse(out, f"preset {out.get('name')}")
+    return out
+
+
+def register_preset(data: Mapping[str, Any]) -> str:
+    """Ship a preset version: write ``presets_data/NAME.json`` and add its content hash to the
+    registry (other versions' entries kept). Refuses a version already registered with another
+    hash (that version's numbers would silently change). Returns the hash."""
+    preset = _parse(data, f"preset {data.get('name')}")
+    if not preset.name or "/" in preset.name or preset.name.startswith(("_", ".")):
+        raise PresetError(f"name: {preset.name!r} cannot be a preset file name")
+    registry, digest = _registry(), content_hash(data)
+    old = registry.get(preset.name, {}).get(str(preset.version))
+    if old is not None and old != digest:
+        raise PresetError(f"version: {preset.name} version {preset.version} is registered with another content "
+                          f"hash ({old}); bump 'version'")
+    preset_file(preset.name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    registry.setdefault(preset.name, {})[str(preset.version)] = digest
+    (_folder() / REGISTRY).write_text(json.dumps(registry, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return digest
+
+
 def decide_action(preset: Preset, probs: np.ndarray, threshold: float | None = None) -> dict[str, Any]:
     """The policy (module docstring) on option probabilities p, in option order.
 
@@ -163,18 +285,90 @@ def decide_action(preset: Preset, probs: np.ndarray, threshold: float | None = N
 
 
 @dataclass(frozen=True)
+class DeciderSettings:
+    """What a preset answer depends on beyond the model's name: the Decider's defaults (label mode,
+    debias, wording, confidence formula) and its own calibration file. ``of(decider)`` reads them;
+    a bare model name gets the defaults and no file."""
+
+    name: str
+    label_mode: LabelMode = "auto"
+    debias: Debias = "none"
+    wording: str = "default"
+    confidence: ConfidenceKind = DEFAULT_CONFIDENCE
+    calibration: CalibrationFile | None = None
+
+    @classmethod
+    def of(cls, decider: Any) -> DeciderSettings:
+        return cls(name=decider.name, label_mode=getattr(decider, "label_mode", "auto"),
+                   debias=getattr(decider, "debias", "none"),
+                   wording=getattr(getattr(decider, "compiler", None), "wording_name", "default"),
+                   confidence=getattr(decider, "confidence_kind", DEFAULT_CONFIDENCE),
+                   calibration=getattr(decider, "calibration", None))
+
+
+def select_calibration(preset: Preset, decider: DeciderSettings, *, labels: QuestionLabels, debias: Debias,
+                       wanted: bool = True) -> tuple[PresetCalibration | None, str]:
+    """(the preset calibration to apply or None, what the answer reports) for one call.
+
+    ``labels``/``debias``: how this call reads the question (resolved). Precedence: the call's
+    ``calibration="none"``, then the Decider's own file (it wins; never stacked), then the preset's
+    entry for ``decider.name`` if it was fitted under the same reading.
+
+    >>> p = Preset.model_validate({"name": "x", "version": 1, "question": {"name": "q", "type": "noul",
+    ...     "options": [{"name": "yes"}, {"name": "no"}]}, "calibration": {"m": {"temperature": 0.5, "labels": "names"}}})
+    >>> select_calibration(p, DeciderSettings("m"), labels="names", debias="none")[1]
+    'preset x v1 for m: T=0.5'
+    >>> select_calibration(p, DeciderSettings("other"), labels="names", debias="none")[1]
+    'none: preset x v1 has no calibration for other (fitted for: m)'
+    """
+    where = f"preset {preset.name} v{preset.version}"
+    if not wanted:
+        return None, "none: params.calibration is 'none'"
+    if decider.calibration is not None:
+        f = decider.calibration
+        tc = f.for_type(preset.question.type)
+        own = (f"T={tc.temperature:g}" + (", contextual" if tc.contextual else "")
+               if tc.temperature != 1.0 or tc.contextual else f"no entry for {preset.question.type} questions, uncalibrated")
+        return None, f"decider file {f.model}@v{f.version}: {own} (a Decider's own file wins over {where}'s calibration)"
+    cal = (preset.calibration or {}).get(decider.name)
+    if cal is None:
+        fitted = ", ".join(sorted(preset.calibration or {})) or "none"
+        return None, f"none: {where} has no calibration for {decider.name} (fitted for: {fitted})"
+    fit_reading = (cal.labels, cal.debias, cal.wording)
+    call_reading = (labels, debias, decider.wording)
+    if fit_reading != call_reading:
+        return None, (f"none: {where}'s calibration for {decider.name} was fitted reading the question with "
+                      f"labels/debias/wording {'/'.join(fit_reading)}; this call reads {'/'.join(call_reading)}")
+    return cal, f"{where} for {decider.name}: {cal.describe()}"
+
+
+def _reduce(spec: QuestionSpec, p: np.ndarray, confidence: ConfidenceKind, answer: Any) -> Any:
+    """The answer for option probabilities p, as ``Decider`` builds it from its calibrated p
+    (a score keeps ``answer``'s legend)."""
+    if spec.type == "noul":
+        return reducers.reduce_noul(p)
+    if spec.type == "choice":
+        return reducers.reduce_choice(p, spec.option_names, confidence)
+    return reducers.reduce_score(p, [answer.legend[str(i)] for i in range(p.size)], confidence)
+
+
+@dataclass(frozen=True)
 class PresetCall:
-    """A preset question made ready for the decider: the wire request, its label mode, and the
-    threshold override to apply to the answer (``prepare_preset`` builds it, ``result`` reads the
-    answer). The server queues ``request`` like any ``/v1/systemone`` request."""
+    """A preset question made ready for the decider: the wire request, its label mode, the
+    threshold override, and the preset calibration to apply to the answer (``prepare_preset``
+    builds it, ``result`` reads the answer). The server queues ``request`` like any
+    ``/v1/systemone`` request."""
 
     preset: Preset
     request: dict[str, Any]
     label_mode: LabelMode | None
     threshold: float | None
+    calibration: PresetCalibration | None = None
+    calibration_note: str = "none"
+    confidence: ConfidenceKind = DEFAULT_CONFIDENCE
 
     def result(self, response: DecisionResponse) -> dict[str, Any]:
-        """{answers, act, preset, preset_version, model} from the decider's response."""
+        """{answers, act, preset, preset_version, model, calibration} from the decider's response."""
         spec = self.preset.question_spec()
         ans = response.answers[spec.name]
         if spec.type == "noul":
@@ -183,24 +377,35 @@ class PresetCall:
             probs = np.array([ans.probabilities[o] for o in spec.option_names])  # type: ignore[union-attr]
         else:
             probs = np.array([ans.probabilities[str(i)] for i in range(len(spec.options))])  # type: ignore[union-attr]
-        return {"answers": {k: a.model_dump(exclude_none=True) for k, a in response.answers.items()},
+        answers = dict(response.answers)
+        if self.calibration is not None:
+            probs = self.calibration.apply(probs)
+            new = _reduce(spec, probs, self.confidence, ans)
+            new.label_mass, new.calibration = ans.label_mass, self.calibration_note
+            answers[spec.name] = new
+        return {"answers": {k: a.model_dump(exclude_none=True) for k, a in answers.items()},
                 "act": decide_action(self.preset, probs, self.threshold), "preset": self.preset.name,
-                "preset_version": self.preset.version, "model": response.model}
+                "preset_version": self.preset.version, "model": response.model,
+                "calibration": self.calibration_note}
 
 
-def prepare_preset(model: str, preset_name: str, state: Any,
-                   params: Mapping[str, Any] | None = None) -> PresetCall:
+def prepare_preset(model: str, preset_name: str | Preset, state: Any,
+                   params: Mapping[str, Any] | None = None, *, decider: Any = None) -> PresetCall:
     """Check the name and params, load the preset, build its wire request for ``model``.
 
     ``params``: ``label_mode`` ("auto" | "names" | "letters" | "mixture"), ``threshold`` (overrides
-    the preset's default), ``debias`` ("none" | "rotate": the wire request's own ``debias`` field). Only shipped preset names are accepted (never a path); bad names and params raise
-    ``InvalidRequestError`` (HTTP 422) naming the field.
+    the preset's default), ``debias`` ("none" | "rotate": the wire request's own ``debias`` field),
+    ``calibration`` ("preset", the default: apply the preset's calibration for this model if it has
+    one; "none": raw probabilities). Only shipped preset names are accepted (never a path; a
+    ``Preset`` object from Python is fine); bad names and params raise ``InvalidRequestError``
+    (HTTP 422) naming the field. ``decider``: the Decider (or ``DeciderSettings``) that will answer:
+    its defaults and own calibration file decide which calibration applies (``select_calibration``).
     """
     params = dict(params or {})
     unknown = sorted(set(params) - set(PARAMS))
     if unknown:
         raise InvalidRequestError(f"unknown preset params {unknown}; allowed: {list(PARAMS)}", ("params", unknown[0]))
-    if preset_name not in list_presets():  # shipped names only: a server must never open a client's path
+    if not isinstance(preset_name, Preset) and preset_name not in list_presets():  # shipped names only: a server must never open a client's path
         raise InvalidRequestError(f"unknown preset {preset_name!r}; shipped: {', '.join(list_presets())}", ("preset",))
     if params.get("label_mode", "auto") not in LABEL_MODES:
         raise InvalidRequestError(f"params.label_mode must be one of {', '.join(LABEL_MODES)}, got {params['label_mode']!r}",
@@ -211,22 +416,31 @@ def prepare_preset(model: str, preset_name: str, state: Any,
     if params.get("debias", "none") not in ("none", "rotate"):
         raise InvalidRequestError(f"params.debias must be 'none' or 'rotate', got {params['debias']!r}",
                                   ("params", "debias"))
-    preset = load_preset(preset_name)
+    if params.get("calibration", "preset") not in ("preset", "none"):
+        raise InvalidRequestError(f"params.calibration must be 'preset' or 'none', got {params['calibration']!r}",
+                                  ("params", "calibration"))
+    preset = preset_name if isinstance(preset_name, Preset) else load_preset(preset_name)
     spec = preset.question_spec()
     request = spec.request(model, state)
     if "debias" in params:
         request["debias"] = params["debias"]
+    settings = (decider if isinstance(decider, DeciderSettings)
+                else DeciderSettings(model) if decider is None else DeciderSettings.of(decider))
+    cal, note = select_calibration(
+        preset, settings, labels=resolve_label_mode(spec.type, params.get("label_mode") or settings.label_mode),
+        debias=params.get("debias") or settings.debias, wanted=params.get("calibration", "preset") == "preset")
     return PresetCall(preset=preset, request=request, label_mode=params.get("label_mode"),
-                      threshold=threshold)
+                      threshold=threshold, calibration=cal, calibration_note=note, confidence=settings.confidence)
 
 
-def answer_preset(decider: Decider, preset_name: str, state: Any,
+def answer_preset(decider: Decider, preset_name: str | Preset, state: Any,
                   params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Ask a preset's question about ``state``: {answers, act, preset, preset_version, model}.
+    """Ask a preset's question about ``state``: {answers, act, preset, preset_version, model, calibration}.
 
-    ``params`` as in ``prepare_preset``. Calibration is the Decider's (a Decider built with a
-    calibration file applies it here too). The server's preset endpoint does the same two steps
-    with the micro-batcher in between.
+    ``params`` as in ``prepare_preset``. Calibration: the preset's entry for ``decider.name``, unless
+    the Decider has its own calibration file (that one is applied, by the Decider, instead); the
+    ``calibration`` string says which (module docstring). The server's preset endpoint does the
+    same two steps with the micro-batcher in between.
     """
-    call = prepare_preset(decider.name, preset_name, state, params)
+    call = prepare_preset(decider.name, preset_name, state, params, decider=decider)
     return call.result(decider.run(call.request, label_mode=call.label_mode))

@@ -351,7 +351,7 @@ class Service:
             except ValidationError as e:
                 raise InvalidRequestError("invalid preset request", errors=[
                     (tuple(err["loc"]), err["msg"]) for err in e.errors()]) from None
-            call = prepare_preset(self.decider.name, name, body.state, body.params)
+            call = prepare_preset(self.decider.name, name, body.state, body.params, decider=self.decider)
             handled.preset = {"name": call.preset.name, "version": call.preset.version}
             handled.parsed = parse_request(call.request)
             handled.response = await self._submit(Job(handled.parsed, call.label_mode), request)
