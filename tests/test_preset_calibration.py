@@ -115,6 +115,21 @@ def test_precedence_and_what_the_answer_says():
         assert cal is None and "names/none/default" in note and note.startswith("none:"), note
 
 
+def test_an_int8_export_is_keyed_apart_from_its_float_model():
+    from types import SimpleNamespace
+
+    # an INT8 export reports its float model's name; its probabilities drift, so it has its own entry
+    int8 = SimpleNamespace(name="m", artifacts=SimpleNamespace(quantization={"weight_type": "int8"}))
+    fp32 = SimpleNamespace(name="m", artifacts=SimpleNamespace(quantization=None))
+    assert DeciderSettings.of(int8).key == "m:int8" and DeciderSettings.of(fp32).key == "m"
+    p = Preset.model_validate(_preset(NOUL, {"m": {"temperature": 0.25, "labels": "names"}}))
+    assert prepare_preset("m", p, "s", decider=fp32).calibration is not None
+    call = prepare_preset("m", p, "s", decider=int8)
+    assert call.calibration is None and call.calibration_note == "none: preset p v1 has no calibration for m:int8 (fitted for: m)"
+    p8 = Preset.model_validate(_preset(NOUL, {"m:int8": {"temperature": 0.5, "labels": "names"}}))
+    assert prepare_preset("m", p8, "s", decider=int8).calibration_note == "preset p v1 for m:int8: T=0.5"
+
+
 def test_prepare_preset_resolves_the_reading_and_checks_the_param():
     p = Preset.model_validate(_preset(SCORE, {"m": {"temperature": 0.5, "labels": "letters"}}))
     assert prepare_preset("m", p, "s").calibration is not None  # auto reads a score with letters
@@ -184,27 +199,30 @@ def test_temperature_on_a_score_answer_keeps_the_legend():
 
 def test_with_calibration_round_trips_and_register_ships_a_new_version(shipped):
     data = json.loads((shipped / "sms-spam.json").read_text())
+    v = data["version"]  # 1 until calibrations are shipped (scripts/fit_preset_calibrations.sh)
     cal = PresetCalibration(temperature=0.22, labels="names",
                             fitted={"dataset": "sms-spam", "rows": 100, "method": "temperature"})
     bumped = with_calibration(data, "some-model", cal, bump=True)
-    assert bumped["version"] == data["version"] + 1 and "calibration" not in data
+    shipped_entries = set(data.get("calibration") or {})
+    assert bumped["version"] == v + 1 and "some-model" not in (data.get("calibration") or {})  # input untouched
     again = with_calibration(bumped, "other-model", PresetCalibration(temperature=1.5, labels="names"))
-    assert again["version"] == bumped["version"] and set(again["calibration"]) == {"some-model", "other-model"}
+    assert again["version"] == v + 1 and set(again["calibration"]) == shipped_entries | {"some-model", "other-model"}
     # adding a calibration to the shipped file without a bump is refused, like any edit
     edited = {**data, "calibration": again["calibration"]}
     (shipped / "sms-spam.json").write_text(json.dumps(edited))
-    with pytest.raises(PresetError, match="version 1 does not match"):
+    with pytest.raises(PresetError, match=f"version {v} does not match"):
         load_preset("sms-spam")
     with pytest.raises(PresetError, match="registered with another content hash"):
         register_preset(edited)
-    # registered as version 2: loads by name, old version's hash kept
+    # registered as version v + 1: loads by name, old versions' hashes kept
+    before = json.loads((shipped / presets.REGISTRY).read_text())["sms-spam"]
     register_preset(again)
     registry = json.loads((shipped / presets.REGISTRY).read_text())
-    assert set(registry["sms-spam"]) == {"1", "2"}
+    assert registry["sms-spam"] == {**before, str(v + 1): presets.content_hash(again)}
     loaded = load_preset("sms-spam")
-    assert loaded.version == 2 and loaded.calibration["some-model"] == cal
+    assert loaded.version == v + 1 and loaded.calibration["some-model"] == cal
     call = prepare_preset("some-model", "sms-spam", "hello")
-    assert call.calibration_note == "preset sms-spam v2 for some-model: T=0.22"
+    assert call.calibration_note == f"preset sms-spam v{v + 1} for some-model: T=0.22"
 
 
 # -----------------------------------------------------------------------------
@@ -241,16 +259,17 @@ def test_the_server_returns_answer_presets_calibrated_numbers(tiny_decider, ship
     from typed_decisions.server import ServerSettings, create_app
 
     data = json.loads((shipped / "sms-spam.json").read_text())
+    v = data["version"] + 1
     register_preset(with_calibration(data, tiny_decider.name, PresetCalibration(temperature=0.3, labels="names"),
                                      bump=True))
     state = "WINNER!! Claim your free prize now, call 09061701461"
     expected = presets.answer_preset(tiny_decider, "sms-spam", state)
-    assert expected["calibration"] == f"preset sms-spam v2 for {tiny_decider.name}: T=0.3"
+    assert expected["calibration"] == f"preset sms-spam v{v} for {tiny_decider.name}: T=0.3"
     with TestClient(create_app(tiny_decider, settings=ServerSettings())) as client:
         r = client.post("/v1/presets/sms-spam", headers={"Authorization": "Bearer k"}, json={"state": state})
         assert r.status_code == 200, r.text
         body = r.json()
-        assert body["calibration"] == expected["calibration"] and body["preset_version"] == 2
+        assert body["calibration"] == expected["calibration"] and body["preset_version"] == v
         assert body["answers"]["spam"]["noul"] == pytest.approx(expected["answers"]["spam"]["noul"], abs=1e-9)
         assert body["act"]["auto"] == expected["act"]["auto"]
         r = client.post("/v1/presets/sms-spam", headers={"Authorization": "Bearer k"},
@@ -266,14 +285,15 @@ def test_calibrate_to_preset_writes_a_preset_that_loads_and_ships(tiny_model_dir
              "Call me when you get home", "Free entry in a weekly prize draw, txt NOW", "Running late, 10 min",
              "Claim your cash reward today, reply YES", "Thanks for dinner last night"]
     rows = [{"state": t, "gold": "yes" if i % 2 == 0 else "no"} for i, t in enumerate(texts)]
+    v = load_preset("sms-spam").version + 1
     data, out = tmp_path / "spam.jsonl", tmp_path / "sms-spam.json"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["calibrate", "--model", str(tiny_model_dir), "--preset", "sms-spam", "--data", str(data),
                  "--method", "temperature", "--to-preset", str(out), "--threads", "2", "-q"]) == 0
     printed = capsys.readouterr().out
-    assert "presets register" in printed and "sms-spam v2" in printed
+    assert "presets register" in printed and f"sms-spam v{v}" in printed
     written = load_preset(out)  # loads (your own file: unchecked) and has the entry
-    assert written.version == 2
+    assert written.version == v
     cal = written.calibration[tiny_decider.name]
     assert cal.labels == "names" and not cal.contextual and cal.fitted.method == "temperature"
     assert cal.fitted.rows + cal.fitted.test_rows == len(rows) and "--to-preset" in cal.fitted.command
@@ -282,4 +302,4 @@ def test_calibrate_to_preset_writes_a_preset_that_loads_and_ships(tiny_model_dir
     assert json.loads(out.read_text()) == with_calibration(json.loads(out.read_text()), tiny_decider.name, cal)
     assert main(["presets", "register", str(out)]) == 0
     answer = presets.answer_preset(tiny_decider, "sms-spam", texts[0])
-    assert answer["calibration"] == f"preset sms-spam v2 for {tiny_decider.name}: T={cal.temperature:g}"
+    assert answer["calibration"] == f"preset sms-spam v{v} for {tiny_decider.name}: T={cal.temperature:g}"

@@ -36,9 +36,9 @@ def test_an_edit_without_a_version_bump_is_refused(tmp_path, monkeypatch):
     data = json.loads((folder / "sms-spam.json").read_text())
     data["question"]["instructions"] = "Is this message junk?"
     (folder / "sms-spam.json").write_text(json.dumps(data))
-    with pytest.raises(PresetError, match="version 1 does not match"):
+    with pytest.raises(PresetError, match=f"version {data['version']} does not match"):
         load_preset("sms-spam")
-    data["version"] = 2  # bumped but not registered: still refused, with the fix named
+    data["version"] += 1  # bumped but not registered: still refused, with the fix named
     (folder / "sms-spam.json").write_text(json.dumps(data))
     with pytest.raises(PresetError, match="none registered.*presets hash sms-spam"):
         load_preset("sms-spam")
@@ -84,7 +84,7 @@ def test_eval_on_a_preset_records_its_version(tiny_model_dir, tmp_path):
     assert main(["eval", "--model", str(tiny_model_dir), "--preset", "sentiment-score", "--data", str(data),
                  "--split", "all", "--threads", "2", "--out", str(out), "-q"]) == 0
     rep = json.loads(out.read_text())
-    assert rep["preset"] == {"name": "sentiment-score", "version": 1}
+    assert rep["preset"] == {"name": "sentiment-score", "version": load_preset("sentiment-score").version}
     assert rep["question"]["type"] == "score" and rep["n"] == 2 and "mae" in rep["metrics"]
 
 

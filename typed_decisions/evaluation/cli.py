@@ -22,8 +22,8 @@ from ..wording import WORDINGS
 from ..errors import InvalidRequestError, TypedDecisionsError
 from .datasets import get_spec, load_dataset, rows_for
 from .fitting import calibration_fit
-from .presets import (PresetCalibration, PresetFit, answer_preset, content_hash, list_presets, load_preset,
-                      preset_file, register_preset, with_calibration)
+from .presets import (DeciderSettings, PresetCalibration, PresetFit, answer_preset, content_hash, list_presets,
+                      load_preset, preset_file, register_preset, with_calibration)
 from .run import MATPLOTLIB_HINT, collect_probabilities, content_free_probabilities, evaluate, plot_reliability
 from .spec import QuestionSpec
 
@@ -232,7 +232,8 @@ def main_calibrate(argv: list[str]) -> int:
     if args.out is not None:
         print(f"wrote {args.out}: {spec.type} = {chosen}")
     if args.to_preset is not None:
-        _write_preset_calibration(args, argv, decider.name, fit, chosen, len(fit_rows), len(test_rows), src)
+        _write_preset_calibration(args, argv, DeciderSettings.of(decider).key, fit, chosen, len(fit_rows),
+                                  len(test_rows), src)
     if args.report:
         args.report.write_text(json.dumps({**meta, "model": decider.name, "question": spec.model_dump(),
                                            "label_mode": args.labels,

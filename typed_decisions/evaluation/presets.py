@@ -28,7 +28,8 @@ steps (``prepare_preset``, then ``PresetCall.result``) around the micro-batcher.
 Calibration (``calibration``: model name → ``PresetCalibration``): a calibration fitted on the
 preset's own dataset for one model (``typed-decisions calibrate --preset NAME --to-preset FILE``;
 a calibration fitted on other tasks does not transfer, docs/evaluation.md). A preset call applies
-the entry for the Decider's model (``Decider.name``) when
+the entry for the Decider's model when (key: ``Decider.name``, plus ``:int8`` for an INT8 export,
+whose name is its float model's: its probabilities drift, so it is fitted on its own)
 
     the call did not pass params.calibration = "none",
     the Decider has no calibration file of its own     (an explicit Decider file wins: never two
@@ -152,7 +153,8 @@ class Preset(BaseModel):
     policy: Policy = Field(default_factory=Policy)
     dataset: str | None = Field(None, description="a datasets.py name whose gold labels are this question's options")
     calibration: dict[str, PresetCalibration] | None = Field(
-        None, description="model name (as Decider.name reports it) → its calibration fitted on this preset's dataset")
+        None, description="model key (Decider.name, + ':int8' for an INT8 export) → its calibration fitted on this "
+                          "preset's dataset")
 
     @model_validator(mode="after")
     def _calibrations_fit_the_question(self) -> Preset:
@@ -287,8 +289,13 @@ def decide_action(preset: Preset, probs: np.ndarray, threshold: float | None = N
 @dataclass(frozen=True)
 class DeciderSettings:
     """What a preset answer depends on beyond the model's name: the Decider's defaults (label mode,
-    debias, wording, confidence formula) and its own calibration file. ``of(decider)`` reads them;
-    a bare model name gets the defaults and no file."""
+    debias, wording, confidence formula), its own calibration file, and whether the export is
+    quantized (``key``: the name a preset's calibrations are keyed by). ``of(decider)`` reads them;
+    a bare model name gets the defaults and no file.
+
+    >>> DeciderSettings("qwen2.5-coder-1.5b", quantized="int8").key
+    'qwen2.5-coder-1.5b:int8'
+    """
 
     name: str
     label_mode: LabelMode = "auto"
@@ -296,14 +303,21 @@ class DeciderSettings:
     wording: str = "default"
     confidence: ConfidenceKind = DEFAULT_CONFIDENCE
     calibration: CalibrationFile | None = None
+    quantized: str | None = None  # "int8" for an INT8 export (its manifest's weight type)
+
+    @property
+    def key(self) -> str:
+        return self.name if self.quantized is None else f"{self.name}:{self.quantized}"
 
     @classmethod
     def of(cls, decider: Any) -> DeciderSettings:
+        quant = getattr(getattr(decider, "artifacts", None), "quantization", None)
         return cls(name=decider.name, label_mode=getattr(decider, "label_mode", "auto"),
                    debias=getattr(decider, "debias", "none"),
                    wording=getattr(getattr(decider, "compiler", None), "wording_name", "default"),
                    confidence=getattr(decider, "confidence_kind", DEFAULT_CONFIDENCE),
-                   calibration=getattr(decider, "calibration", None))
+                   calibration=getattr(decider, "calibration", None),
+                   quantized=str(quant.get("weight_type", "int8")) if isinstance(quant, dict) else None)
 
 
 def select_calibration(preset: Preset, decider: DeciderSettings, *, labels: QuestionLabels, debias: Debias,
@@ -312,7 +326,7 @@ def select_calibration(preset: Preset, decider: DeciderSettings, *, labels: Ques
 
     ``labels``/``debias``: how this call reads the question (resolved). Precedence: the call's
     ``calibration="none"``, then the Decider's own file (it wins; never stacked), then the preset's
-    entry for ``decider.name`` if it was fitted under the same reading.
+    entry for ``decider.key`` if it was fitted under the same reading.
 
     >>> p = Preset.model_validate({"name": "x", "version": 1, "question": {"name": "q", "type": "noul",
     ...     "options": [{"name": "yes"}, {"name": "no"}]}, "calibration": {"m": {"temperature": 0.5, "labels": "names"}}})
@@ -330,16 +344,17 @@ def select_calibration(preset: Preset, decider: DeciderSettings, *, labels: Ques
         own = (f"T={tc.temperature:g}" + (", contextual" if tc.contextual else "")
                if tc.temperature != 1.0 or tc.contextual else f"no entry for {preset.question.type} questions, uncalibrated")
         return None, f"decider file {f.model}@v{f.version}: {own} (a Decider's own file wins over {where}'s calibration)"
-    cal = (preset.calibration or {}).get(decider.name)
+    model = decider.key
+    cal = (preset.calibration or {}).get(model)
     if cal is None:
         fitted = ", ".join(sorted(preset.calibration or {})) or "none"
-        return None, f"none: {where} has no calibration for {decider.name} (fitted for: {fitted})"
+        return None, f"none: {where} has no calibration for {model} (fitted for: {fitted})"
     fit_reading = (cal.labels, cal.debias, cal.wording)
     call_reading = (labels, debias, decider.wording)
     if fit_reading != call_reading:
-        return None, (f"none: {where}'s calibration for {decider.name} was fitted reading the question with "
+        return None, (f"none: {where}'s calibration for {model} was fitted reading the question with "
                       f"labels/debias/wording {'/'.join(fit_reading)}; this call reads {'/'.join(call_reading)}")
-    return cal, f"{where} for {decider.name}: {cal.describe()}"
+    return cal, f"{where} for {model}: {cal.describe()}"
 
 
 def _reduce(spec: QuestionSpec, p: np.ndarray, confidence: ConfidenceKind, answer: Any) -> Any:
