@@ -2,7 +2,9 @@
 
 A preset is a JSON data file in ``typed_decisions/evaluation/presets_data/`` (name, version,
 description, the question as a ``spec.QuestionSpec`` whose options may carry ``threshold`` and
-``never_auto``, and a default ``policy.threshold``). Wording is part of the contract: answers and
+``never_auto``, a default ``policy.threshold``, and optionally labelled ``examples``
+``[{"state": ..., "answer": OPTION}]`` that every request shows before its state: few-shot, their
+KV cached across requests as part of the shared prefix). Wording is part of the contract: answers and
 evaluation numbers hold for one version, so ``presets_data/_registry.json`` records the content
 hash of every released version::
 
@@ -36,17 +38,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..compiler import LABEL_MODES, LabelMode
 from ..errors import InvalidRequestError, TypedDecisionsError
-from ..schema import DecisionResponse, json_sha256
+from ..schema import Content, DecisionResponse, json_sha256
 from .spec import OptionSpec, QuestionSpec
 
 if TYPE_CHECKING:
     from ..decider import Decider
 
-__all__ = ["Preset", "PresetOption", "PresetQuestion", "Policy", "PresetError", "load_preset", "list_presets",
+__all__ = ["Preset", "PresetExample", "PresetOption", "PresetQuestion", "Policy", "PresetError", "load_preset", "list_presets",
            "content_hash", "answer_preset", "decide_action", "preset_file", "PresetCall", "prepare_preset"]
 
 REGISTRY = "_registry.json"
@@ -71,6 +73,14 @@ class Policy(BaseModel):
     threshold: float = Field(0.8, ge=0, le=1, description="default probability needed to act automatically")
 
 
+class PresetExample(BaseModel):
+    """A labelled few-shot example: a state and the name of its gold option."""
+
+    model_config = ConfigDict(extra="forbid")
+    state: Content
+    answer: str
+
+
 class Preset(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -79,6 +89,22 @@ class Preset(BaseModel):
     question: PresetQuestion
     policy: Policy = Field(default_factory=Policy)
     dataset: str | None = Field(None, description="a datasets.py name whose gold labels are this question's options")
+    examples: list[PresetExample] = Field(
+        default_factory=list, description="labelled examples shown before the state (few-shot; "
+                                          "cached across requests as part of the shared prefix)")
+
+    @model_validator(mode="after")
+    def _examples_answer_options(self) -> Preset:
+        names = [o.name for o in self.question.options]
+        for i, ex in enumerate(self.examples):
+            if ex.answer not in names:
+                raise ValueError(f"examples.{i}.answer: {ex.answer!r} is not an option of the question ({names})")
+        return self
+
+    def wire_examples(self) -> list[dict[str, Any]]:
+        """The examples as the wire request's ``examples`` (``schema.Example``)."""
+        spec = self.question_spec()
+        return [{"state": ex.state, "answers": {spec.name: spec.wire_answer(ex.answer)}} for ex in self.examples]
 
     def question_spec(self) -> QuestionSpec:
         """The question alone (policy fields dropped), for evaluation."""
@@ -119,7 +145,8 @@ def _parse(data: Any, where: str) -> Preset:
         return Preset.model_validate(data)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-        raise PresetError(f"{where}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        loc = ".".join(map(str, err["loc"]))
+        raise PresetError(f"{where}: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}") from None
 
 
 def load_preset(name: str | Path) -> Preset:
@@ -214,6 +241,8 @@ def prepare_preset(model: str, preset_name: str, state: Any,
     preset = load_preset(preset_name)
     spec = preset.question_spec()
     request = spec.request(model, state)
+    if preset.examples:
+        request["examples"] = preset.wire_examples()
     if "debias" in params:
         request["debias"] = params["debias"]
     return PresetCall(preset=preset, request=request, label_mode=params.get("label_mode"),
