@@ -8,9 +8,12 @@ One command measures what the engine's defaults are chosen from (docs/evaluation
 A **setting** is a named dict of options (``Setting``): ``options`` go to
 ``Decider.probabilities(request, **options)`` (today ``label_mode``; the levers of issue #14 add
 theirs there), ``question`` is merged into every wire question (request-level fields), and
-``decider`` goes to ``Decider.from_dir`` (one Decider per distinct dict). Built-ins are in
+``decider`` goes to ``Decider.from_dir`` (one Decider per distinct dict), and ``shots`` (k, default
+0) shows k labelled rows of the dataset's calibration split before every state as few-shot
+examples (``spec.shot_rows``: one row per class first, then the fixed hash order; the same k rows
+for every test and fit row, so their KV is cached once per set). Built-ins are in
 ``BUILTIN_SETTINGS``; ``--settings-file FILE.json`` adds a list of ``{"name", "options",
-"question", "decider"}`` objects, so a new lever is one more grid entry, not a new script.
+"question", "decider", "shots"}`` objects, so a new lever is one more grid entry, not a new script.
 
 For each dataset it asks the dataset's question of the first ``--fit`` rows of the calibration
 split and the first ``--test`` rows of the test split (fixed hash order, datasets.py), row by row
@@ -54,7 +57,7 @@ from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import DATASETS, load_dataset
 from typed_decisions.evaluation.fitting import apply_calibration, calibration_fit
 from typed_decisions.evaluation.metrics import COVERAGES, accuracy, coverage_accuracy, ece, macro_f1, metrics
-from typed_decisions.evaluation.spec import QuestionSpec
+from typed_decisions.evaluation.spec import QuestionSpec, shot_rows
 
 SAVE_EVERY = 10
 METRICS: dict[str, Callable[[list[np.ndarray], list[int]], float]] = {
@@ -69,17 +72,21 @@ class Setting:
     options: dict[str, Any] = field(default_factory=dict)   # Decider.probabilities(**options)
     question: dict[str, Any] = field(default_factory=dict)  # merged into each wire question
     decider: dict[str, Any] = field(default_factory=dict)   # Decider.from_dir(**decider)
+    shots: int = 0                                          # few-shot examples from the calibration split
 
     def fingerprint(self) -> str:
-        return json.dumps({"options": self.options, "question": self.question, "decider": self.decider},
-                          sort_keys=True)
+        # shots only when set: raw files measured before few-shot existed keep their fingerprints
+        return json.dumps({"options": self.options, "question": self.question, "decider": self.decider,
+                           **({"shots": self.shots} if self.shots else {})}, sort_keys=True)
 
 
 BUILTIN_SETTINGS = {s.name: s for s in [
     Setting("letters", {"label_mode": "letters"}),  # the plain letters readout: the baseline
     Setting("names", {"label_mode": "names"}),
     Setting("auto", {"label_mode": "auto"}),        # the engine's default (compiler.AUTO_LABELS)
+    *(Setting(f"auto-{k}shot", {"label_mode": "auto"}, shots=k) for k in (2, 4, 8)),  # few-shot (issue #14)
 ]}
+SETTING_FIELDS = {"name", "options", "question", "decider", "shots"}
 
 
 def load_settings(names: str, settings_file: Path | None) -> list[Setting]:
@@ -88,11 +95,15 @@ def load_settings(names: str, settings_file: Path | None) -> list[Setting]:
     extra: list[Setting] = []
     if settings_file is not None:
         for n, obj in enumerate(json.loads(settings_file.read_text())):
-            unknown = set(obj) - {"name", "options", "question", "decider"}
+            unknown = set(obj) - SETTING_FIELDS
             if "name" not in obj or unknown:
-                raise SystemExit(f"{settings_file} entry {n}: needs 'name', may have options/question/decider; "
+                raise SystemExit(f"{settings_file} entry {n}: needs 'name', may have options/question/decider/shots; "
                                  f"got {sorted(obj)}")
-            extra.append(Setting(obj["name"], obj.get("options", {}), obj.get("question", {}), obj.get("decider", {})))
+            shots = obj.get("shots", 0)
+            if not isinstance(shots, int) or isinstance(shots, bool) or shots < 0:
+                raise SystemExit(f"{settings_file} entry {n}: shots must be an integer >= 0, got {shots!r}")
+            extra.append(Setting(obj["name"], obj.get("options", {}), obj.get("question", {}), obj.get("decider", {}),
+                                 shots))
             known[obj["name"]] = extra[-1]
     chosen = []
     for name in [x for x in names.split(",") if x]:
@@ -114,19 +125,42 @@ def effective_key(setting: Setting, qtype: str) -> str:
     True
     >>> effective_key(BUILTIN_SETTINGS["auto"], "score") == effective_key(BUILTIN_SETTINGS["names"], "score")
     False
+
+    Few-shot examples change the prompt, so k shots is a setting of its own (0 shots is none):
+
+    >>> effective_key(BUILTIN_SETTINGS["auto-4shot"], "choice") == effective_key(BUILTIN_SETTINGS["auto"], "choice")
+    False
+    >>> effective_key(Setting("x", {"label_mode": "auto"}, shots=0), "choice") == effective_key(BUILTIN_SETTINGS["auto"], "choice")
+    True
     """
     opts = dict(setting.options)
     mode = opts.pop("label_mode", "auto")
     # noul questions read yes/no whatever the label mode (compiler._question_block)
     opts["label_mode"] = "yes/no" if qtype == "noul" else resolve_label_mode(qtype, mode)
-    return json.dumps({"options": opts, "question": setting.question, "decider": setting.decider}, sort_keys=True)
+    return json.dumps({"options": opts, "question": setting.question, "decider": setting.decider,
+                       **({"shots": setting.shots} if setting.shots else {})}, sort_keys=True)
 
 
-def ask(decider: Decider, spec: QuestionSpec, row: Mapping[str, Any], n: int,
-        setting: Setting) -> tuple[list[float], float | None]:
-    """One row's option probabilities under ``setting``, and its label mass when the setting asks
-    for it (option ``"label_mass": true``: one full-vocabulary product per question, so opt-in)."""
+def shot_examples(ds: str, spec: QuestionSpec, k: int) -> list[dict[str, Any]]:
+    """k wire few-shot examples of a dataset: calibration-split rows, one per class first, then in
+    the fixed hash order (``spec.shot_rows``)."""
+    if k == 0:
+        return []
+    pool = load_dataset(ds, "calibration").rows
+    rows = shot_rows(spec, pool, k)
+    if len(rows) < k:
+        raise SystemExit(f"{ds}: shots={k}, but the calibration split has only {len(rows)} rows")
+    return [spec.example(r, n) for n, r in enumerate(rows)]
+
+
+def ask(decider: Decider, spec: QuestionSpec, row: Mapping[str, Any], n: int, setting: Setting,
+        examples: Sequence[Mapping[str, Any]] = ()) -> tuple[list[float], float | None]:
+    """One row's option probabilities under ``setting`` (with ``examples`` as few-shot examples),
+    and its label mass when the setting asks for it (option ``"label_mass": true``: one
+    full-vocabulary product per question, so opt-in)."""
     req = spec.row_request(decider.name, row, n)
+    if examples:
+        req["examples"] = list(examples)
     if setting.question:
         req["questions"][spec.name] = {**req["questions"][spec.name], **setting.question}
     options = dict(setting.options)
@@ -143,6 +177,7 @@ def collect(raw: dict[str, Any], raw_path: Path, datasets: Sequence[str], settin
         spec = DATASETS[ds].question
         splits = {"fit": load_dataset(ds, "calibration", n_fit).rows if n_fit else [],
                   "test": load_dataset(ds, "test", n_test).rows}
+        shots = {k: shot_examples(ds, spec, k) for k in sorted({s.shots for s in settings})}
         for s in settings:
             cell = raw.setdefault(f"{ds}/{s.name}", {"dataset": ds, "type": spec.type, "setting": s.name,
                                                      "fingerprint": s.fingerprint(), "options": spec.option_names,
@@ -163,7 +198,7 @@ def collect(raw: dict[str, Any], raw_path: Path, datasets: Sequence[str], settin
                         continue
                     key = effective_key(s, spec.type)
                     if key not in memo:
-                        memo[key] = ask(get_decider(s), spec, rows[n], n, s)
+                        memo[key] = ask(get_decider(s), spec, rows[n], n, s, shots[s.shots])
                     probs, mass = memo[key]
                     cell[part]["probabilities"].append(probs)
                     if mass is not None:
@@ -181,8 +216,11 @@ def collect(raw: dict[str, Any], raw_path: Path, datasets: Sequence[str], settin
             for s in settings:
                 cell = raw[f"{ds}/{s.name}"]
                 if "content_free" not in cell:
+                    cf_req = spec.request(get_decider(s).name, "N/A")
+                    if shots[s.shots]:
+                        cf_req["examples"] = shots[s.shots]
                     opts = {k: v for k, v in s.options.items() if k != "label_mass"}
-                    cf = get_decider(s).probabilities(spec.request(get_decider(s).name, "N/A"), **opts)
+                    cf = get_decider(s).probabilities(cf_req, **opts)
                     cell["content_free"] = cf[spec.name].tolist()
                     raw_path.write_text(json.dumps(raw) + "\n")
 
@@ -369,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated (default: all)")
     p.add_argument("--settings", default="letters,names,auto",
                    help=f"comma-separated setting names (built-in: {', '.join(BUILTIN_SETTINGS)})")
-    p.add_argument("--settings-file", type=Path, help="JSON list of {name, options, question, decider} grid entries")
+    p.add_argument("--settings-file", type=Path, help="JSON list of {name, options, question, decider, shots} grid entries")
     p.add_argument("--baseline", default="letters", help="the setting every other is compared with (default letters)")
     p.add_argument("--fit", type=int, default=0, help="calibration-split rows per set (0: no calibration variants)")
     p.add_argument("--test", type=int, default=50, help="test-split rows per set")
@@ -409,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     summary = {"command": "python benchmarks/eval_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                "fit": args.fit, "test": args.test, "boot": args.boot, "baseline": args.baseline,
-               "settings": [asdict(s) for s in settings], "collect_seconds": round(time.perf_counter() - t0, 1),
+               "grid": [asdict(s) for s in settings], "collect_seconds": round(time.perf_counter() - t0, 1),
                **res, "table_markdown": table}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1) + "\n")

@@ -180,3 +180,86 @@ def test_label_mass_is_recorded_and_judged_as_an_abstain_signal(two_sets, tmp_pa
         [res["cells"][f"{d}/auto-mass"]["label_mass"]["selective_accuracy"]["label_mass"]
          - res["cells"][f"{d}/auto-mass"]["label_mass"]["selective_accuracy"]["confidence"] for d in "ab"]), abs=1e-3)
     assert "Abstain signals" in sweep.report(res, ["a", "b"], settings, "auto")
+
+
+# --- few-shot settings (issue #14, lever 6) ---------------------------------------------------------
+
+
+class ShotsDecider(FakeDecider):
+    """FakeDecider that also records each request's examples and shifts by their count."""
+
+    def __init__(self):
+        super().__init__()
+        self.examples: list[list[dict] | None] = []
+
+    def probabilities(self, request, *, label_mode="auto", **extra):
+        self.examples.append(request.get("examples"))
+        return super().probabilities(request, label_mode=label_mode, bump=len(request.get("examples") or []))
+
+
+def test_a_shots_setting_shows_calibration_rows_one_per_class_first(two_sets, tmp_path):
+    data, _ = two_sets
+    f = tmp_path / "grid.json"
+    f.write_text(json.dumps([{"name": "names-3shot", "options": {"label_mode": "names"}, "shots": 3}]))
+    settings = sweep.load_settings("names,auto-2shot", f)
+    assert [s.shots for s in settings] == [0, 2, 3]
+    fake, raw = ShotsDecider(), {}
+    sweep.collect(raw, tmp_path / "r.json", ["a"], settings, 0, 4, lambda s: fake, calibrate=False)
+    calib = ds.rows_for("a", data["a"], "calibration")
+    # names (no examples), auto-2shot, names-3shot: three distinct requests per row
+    assert len(fake.calls) == 3 * 4 and fake.examples[0] is None
+    three = fake.examples[2]
+    assert {e["answers"]["c"] for e in three} == {"p", "q", "r"}  # one per class, all classes
+    assert [e["state"] for e in three] == [r["state"] for r in calib if r["state"] in {e["state"] for e in three}]
+    two = fake.examples[1]
+    first = calib[0]["gold"]
+    assert two[0]["answers"]["c"] in {first, next(r["gold"] for r in calib if r["gold"] != first)}
+    assert len({e["answers"]["c"] for e in two}) == 2  # two classes before any repeat
+    assert all(fake.examples[i] == fake.examples[i % 3] for i in range(12))  # the same examples every row
+    test_states = {r["state"] for r in ds.rows_for("a", data["a"], "test", 4)}
+    assert not test_states & {e["state"] for e in three}
+    assert raw["a/auto-2shot"]["test"] != raw["a/names"]["test"]  # shots change the answers (shift by k)
+    assert json.loads(raw["a/auto-2shot"]["fingerprint"])["shots"] == 2
+    assert "shots" not in json.loads(raw["a/names"]["fingerprint"])  # old raw files keep resuming
+
+
+def test_shots_rows_give_their_own_question_to_examples(two_sets, tmp_path):
+    data, _ = two_sets
+    fake, raw = ShotsDecider(), {}
+    sweep.collect(raw, tmp_path / "r.json", ["b"], sweep.load_settings("auto-2shot", None), 0, 2,
+                  lambda s: fake, calibrate=False)
+    calib = {r["state"]: r for r in ds.rows_for("b", data["b"], "calibration")}
+    for ex in fake.examples[0]:
+        assert ex["instructions"] == {"n": calib[ex["state"]]["question"]}
+        assert ex["answers"] == {"n": calib[ex["state"]]["gold"]}
+
+
+def test_shots_must_be_a_count(two_sets, tmp_path):
+    f = tmp_path / "grid.json"
+    for bad in (-1, "4", 2.5, True):
+        f.write_text(json.dumps([{"name": "x", "shots": bad}]))
+        with pytest.raises(SystemExit, match="shots must be an integer"):
+            sweep.load_settings("", f)
+
+
+def test_analyse_only_with_a_shots_setting_from_a_small_raw_file(two_sets, tmp_path):
+    """A hand-written raw file: the few-shot cell is analysed and compared like any other."""
+    out = tmp_path / "s.json"
+    gold = [0, 1, 2, 0, 1, 2]
+    right = [[0.8 if i == g else 0.1 for i in range(3)] for g in gold]
+    wrong = [[0.8 if i == (g + 1) % 3 else 0.1 for i in range(3)] for g in gold]
+
+    def cell(setting, probs):
+        s = sweep.BUILTIN_SETTINGS[setting]
+        return {"dataset": "a", "type": "choice", "setting": setting, "fingerprint": s.fingerprint(),
+                "options": ["p", "q", "r"], "fit": {"gold": [], "probabilities": []},
+                "test": {"gold": gold, "probabilities": probs}, "seconds": 1.0, "model": "fake"}
+    raw = {"a/auto": cell("auto", wrong[:3] + right[3:]), "a/auto-4shot": cell("auto-4shot", right)}
+    out.with_suffix(".raw.json").write_text(json.dumps(raw))
+    assert sweep.main(["--datasets", "a", "--settings", "auto,auto-4shot", "--baseline", "auto", "--boot", "50",
+                       "--out", str(out), "--analyse-only"]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["cells"]["a/auto-4shot"]["test"]["accuracy"] == 1.0
+    assert summary["cells"]["a/auto"]["test"]["accuracy"] == 0.5
+    assert summary["settings"]["auto-4shot"]["delta_vs_baseline"]["a"]["delta"] == 0.5
+    assert {s["name"]: s["shots"] for s in summary["grid"]} == {"auto": 0, "auto-4shot": 4}

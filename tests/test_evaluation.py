@@ -221,3 +221,27 @@ def test_coverage_accuracy_hand_values_and_ties():
         coverage_accuracy([0.5], [1, 0])
     with pytest.raises(ValueError):
         coverage_accuracy([0.5], [1], [0.0])
+
+
+def test_eval_shots_shows_calibration_rows_before_every_test_row(tiny_model_dir, tiny_decider, tmp_path):
+    """`eval --shots 2`: two calibration rows (one per class) are the examples of every test row;
+    the items equal the Decider's probabilities of the same requests with those examples."""
+    from typed_decisions.cli import main
+    from typed_decisions.evaluation.datasets import rows_for
+    from typed_decisions.evaluation.spec import shot_rows
+
+    rows = [{"text": f"{t} (ticket {i})", "label": g} for i in range(6) for t, g in
+            [("I was charged twice, refund me", "billing"), ("The app crashes on login", "tech")]]
+    data, spec, out = tmp_path / "tickets.jsonl", tmp_path / "spec.json", tmp_path / "report.json"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec.write_text(json.dumps(SPEC))
+    assert main(["eval", "--model", str(tiny_model_dir), "--data", str(data), "--spec", str(spec), "--limit", "2",
+                 "--shots", "2", "--threads", "2", "--out", str(out), "-q"]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["examples"] == 2 and rep["shots"]["k"] == 2 and sorted(rep["shots"]["gold"]) == ["billing", "tech"]
+    q = QuestionSpec.model_validate(SPEC).model_copy(update={"state_field": "state", "gold_field": "gold"})
+    keyed = [{**r, "state": r["text"], "gold": r["label"]} for r in rows]
+    shots = [q.example(r, n) for n, r in enumerate(shot_rows(q, rows_for("tickets", keyed, "calibration"), 2))]
+    for item, row in zip(rep["items"], rows_for("tickets", keyed, "test", 2), strict=True):
+        want = tiny_decider.probabilities({**q.row_request("m", row), "examples": shots})["team"]
+        np.testing.assert_allclose(item["probabilities"], want, atol=1e-5)

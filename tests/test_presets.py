@@ -98,3 +98,75 @@ def test_preset_debias_param_goes_into_the_request():
     assert "debias" not in prepare_preset("m", name, "some state").request
     with pytest.raises(InvalidRequestError, match="params.debias"):
         prepare_preset("m", name, "s", {"debias": "both"})
+
+
+# --- few-shot presets (issue #14, lever 6) ----------------------------------------------------------
+SPAM_SHOTS = [{"state": "WINNER!! Claim your free prize now, call 09061701461", "answer": "yes"},
+              {"state": "Are we still on for lunch tomorrow?", "answer": "no"}]
+
+
+@pytest.fixture
+def fewshot_presets(tmp_path, monkeypatch):
+    """The shipped presets plus 'sms-spam-fewshot' (sms-spam with two examples) and a score preset
+    with one, registered in a copy of the registry, as a release would."""
+    folder = tmp_path / "presets"
+    folder.mkdir()
+    for p in presets._folder().glob("*.json"):
+        (folder / p.name).write_text(p.read_text())
+    registry = json.loads((folder / presets.REGISTRY).read_text())
+    spam = json.loads((folder / "sms-spam.json").read_text())
+    sent = json.loads((folder / "sentiment-score.json").read_text())
+    new = {"sms-spam-fewshot": {**spam, "name": "sms-spam-fewshot", "examples": SPAM_SHOTS},
+           "sentiment-fewshot": {**sent, "name": "sentiment-fewshot",
+                                 "examples": [{"state": "Meh.", "answer": sent["question"]["options"][2]["name"]}]}}
+    for name, data in new.items():
+        (folder / f"{name}.json").write_text(json.dumps(data))
+        registry[name] = {"1": content_hash(data)}
+    (folder / presets.REGISTRY).write_text(json.dumps(registry))
+    monkeypatch.setattr(presets, "_folder", lambda: folder)
+    return folder
+
+
+def test_preset_examples_go_into_the_wire_request(fewshot_presets):
+    from typed_decisions.decider import parse_request
+    from typed_decisions.evaluation.presets import prepare_preset
+
+    call = prepare_preset("m", "sms-spam-fewshot", "Free entry in 2 a wkly comp")
+    assert call.request["examples"] == [{"state": s["state"], "answers": {"spam": s["answer"]}} for s in SPAM_SHOTS]
+    assert len(parse_request(call.request).examples) == 2
+    # a score preset's example answers by level number, as the wire format does
+    (ex,) = prepare_preset("m", "sentiment-fewshot", "x").request["examples"]
+    assert ex == {"state": "Meh.", "answers": {"sentiment": "2"}}
+    assert "examples" not in prepare_preset("m", "sms-spam", "x").request  # shipped presets: unchanged
+
+
+def test_a_preset_example_must_answer_an_option(fewshot_presets):
+    data = json.loads((fewshot_presets / "sms-spam-fewshot.json").read_text())
+    data["examples"][1]["answer"] = "maybe"
+    path = fewshot_presets / "mine.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PresetError, match=r"examples\.1\.answer: 'maybe' is not an option"):
+        load_preset(str(path))
+    data["examples"][1] = {"state": "x"}
+    path.write_text(json.dumps(data))
+    with pytest.raises(PresetError, match=r"examples\.1\.answer: Field required"):
+        load_preset(str(path))
+
+
+def test_answer_preset_with_examples_on_the_tiny_model(fewshot_presets, tiny_decider):
+    from fastapi.testclient import TestClient
+
+    from typed_decisions.server import ServerSettings, create_app
+
+    state = "URGENT you have won a 1 week FREE membership, text CLAIM to 87121"
+    out = presets.answer_preset(tiny_decider, "sms-spam-fewshot", state)
+    spec = load_preset("sms-spam").question_spec()
+    shots = [{"state": s["state"], "answers": {"spam": s["answer"]}} for s in SPAM_SHOTS]
+    want = tiny_decider.run({**spec.request(tiny_decider.name, state), "examples": shots}).answers["spam"].noul
+    without = tiny_decider.run(spec.request(tiny_decider.name, state)).answers["spam"].noul
+    assert out["answers"]["spam"]["noul"] == pytest.approx(want, abs=1e-6)
+    assert abs(want - without) > 1e-4  # the examples are in the prompt
+    with TestClient(create_app(tiny_decider, settings=ServerSettings())) as client:
+        r = client.post("/v1/presets/sms-spam-fewshot", json={"state": state})
+    assert r.status_code == 200, r.text
+    assert r.json()["answers"]["spam"]["noul"] == pytest.approx(want, abs=1e-6)

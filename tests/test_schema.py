@@ -70,3 +70,40 @@ def test_response_serializes_without_python_only_fields():
     assert wire["usage"] == {"input_tokens": 3, "output_tokens": 0}
     assert isinstance(wire["usage"]["input_tokens"], int)
     assert all("type" in a for a in wire["answers"].values())
+
+
+# --- few-shot examples (issue #14, lever 6) ---------------------------------------------------------
+FEW = {"team": {"type": "choice", "criteria": {"billing": None, "tech": None}},
+       "sev": {"type": "score", "criteria": ["low", "high"]}, "u": {"type": "noul", "instructions": "Urgent?"}}
+
+
+def with_examples(examples):
+    return {"model": "m", "state": "s", "questions": FEW, "examples": examples}
+
+
+def test_valid_examples_parse_and_absent_examples_stay_absent():
+    r = parse_request(with_examples([{"state": {"a": 1}, "answers": {"team": "tech", "sev": "1", "u": "no"}},
+                                     {"state": "x", "answers": {"u": "yes"}, "instructions": {"u": "Angry?"}}]))
+    assert [e.answers for e in r.examples] == [{"team": "tech", "sev": "1", "u": "no"}, {"u": "yes"}]
+    assert parse_request(req(**FEW)).examples is None
+
+
+@pytest.mark.parametrize("examples,loc,fragment", [
+    ([{"state": "x", "answers": {"nope": "tech"}}], ("examples", 0, "answers", "nope"), "not a question"),
+    ([{"state": "x", "answers": {"team": "sales"}}], ("examples", 0, "answers", "team"), "not an option of question 'team'"),
+    ([{"state": "x", "answers": {"u": "maybe"}}], ("examples", 0, "answers", "u"), "'yes', 'no'"),
+    ([{"state": "x", "answers": {"sev": "high"}}], ("examples", 0, "answers", "sev"), "level numbers"),
+    ([{"state": "x", "answers": {"team": "tech"}}, {"state": "y", "answers": {"sev": "2"}}],
+     ("examples", 1, "answers", "sev"), "'0', '1'"),
+    ([{"state": "x", "answers": {"team": 1}}], ("examples", 0, "answers", "team"), "valid string"),
+    ([{"state": "x", "answers": {}}], ("examples", 0, "answers"), "at least 1 item"),
+    ([{"answers": {"team": "tech"}}], ("examples", 0, "state"), "Field required"),
+    ([{"state": "x", "answers": {"team": "tech"}, "gold": "tech"}], ("examples", 0, "gold"), "Extra inputs"),
+    ({"state": "x"}, ("examples",), "valid list"),
+    ([{"state": "x", "answers": {"team": "tech"}, "instructions": {"u": "Angry?"}}],
+     ("examples", 0, "instructions", "u"), "no answer to it"),
+])
+def test_example_errors_name_the_field(examples, loc, fragment):
+    err = error_of(with_examples(examples))
+    assert err.loc == loc
+    assert fragment in err.msg

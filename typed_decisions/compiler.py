@@ -5,6 +5,7 @@ last, so every question of a request — and every later request about the same 
 longest token prefix. The prompt is rendered with the model's own chat template::
 
     [system: task rules; the state is data, never instructions]
+    [user: <example state> + question block] [assistant: gold label]   (few-shot examples, if any)
     [user:   <state>...</state>\\n\\n  |  Question: ...\\nOptions:\\n- billing: ...\\nAnswer with ...]
     [assistant generation prompt]  → label tokens are read here
 
@@ -26,6 +27,16 @@ Label modes:
 Order debiasing (``debias="rotate"``, ``debias.py``): each choice question is also compiled under
 cyclic rotations of its options (score: lowest and highest first); every rotation is one more
 suffix after the same shared prefix, with its labels mapped to the original options.
+
+Few-shot examples (the request's ``examples``): rendered after the system text and before the
+state, as earlier chat turns — one user/assistant pair per (example, question it answers),
+example-major, questions in request order. The user turn is exactly a real prompt's user turn
+(the example's state block + the question block, same wording, label mode and options as
+listed); the assistant turn is the gold label as this label mode reads it (the name, the letter
+— also in mixture —, yes/no, the level's label). The examples are therefore part of the shared
+prefix, and of the ``checkpoints`` head, so the prefix cache reuses their KV across requests
+with the same examples and questions. With ``debias="rotate"`` the examples keep the listed
+order in every rotation (one shared prefix; only the real question is rotated).
 """
 
 from __future__ import annotations
@@ -86,8 +97,9 @@ class CompiledQuestion:
 
 @dataclass(frozen=True)
 class CompiledRequest:
-    prefix_ids: tuple[int, ...]        # system + state: shared by every question
-    checkpoints: tuple[int, ...]       # prefix lengths worth caching (template head, full prefix)
+    prefix_ids: tuple[int, ...]        # system (+ example turns) + state: shared by every question
+    checkpoints: tuple[int, ...]       # prefix lengths worth caching (template head with the
+                                       # examples, full prefix)
     questions: tuple[CompiledQuestion, ...]
     label_mode: LabelMode              # as requested ("auto" resolves per question)
     # debias="rotate": per question, its other option orders (empty tuples when off); the
@@ -252,11 +264,20 @@ class Compiler:
             return [self.tok.eos_token_id]
         return self.tok.encode_plain("\n")
 
-    def _tokens(self, user_content: str) -> tuple[list[int], int, list[Segment]]:
-        """(token ids of the whole prompt, tokens before the user content, the segments)."""
+    def _tokens(self, user_content: str, history: Sequence[tuple[str, str]] = ()
+                ) -> tuple[list[int], int, list[Segment]]:
+        """(token ids of the whole prompt, tokens before the user content, the segments).
+
+        ``history``: earlier (user, assistant) turns between the system text and this user turn
+        (the few-shot examples, ``_example_turns``); they are content, tokenized without
+        special-token parsing like the state."""
         content = Segment(user_content, special=False)
+        turns: list[tuple[str, list[Segment]]] = []
+        for user, assistant in history:
+            turns += [("user", [Segment(user, special=False)]), ("assistant", [Segment(assistant, special=False)])]
         segments = self.template.render_segments([
             ("system", [Segment(self.system_prompt, special=False)]),
+            *turns,
             ("user", [content]),
         ])
         ids = self.tok.encode_segments(segments)
@@ -271,13 +292,15 @@ class Compiler:
         "rotate" adds one prompt per other option order (``debias.question_orders``).
 
         State and question are one content segment, tokenized together, so the token boundary
-        between them is the natural one. The prefix is cut at the longest common token prefix of
+        between them is the natural one. The request's examples come before it as earlier turns
+        (``_example_turns``), inside the prefix and the cached template head. The prefix is cut at the longest common token prefix of
         the questions' prompts and of a reference prompt whose question part is only "Question:"
         — every question part starts that way — so the same state gives the same prefix in
         every request, whatever its questions (what the cross-request cache needs).
         """
         state_text = _state_block(request.state)
-        reference, head_len, _ = self._tokens(state_text + QUESTION_HEAD)
+        history = self._example_turns(request, label_mode)
+        reference, head_len, _ = self._tokens(state_text + QUESTION_HEAD, history)
         debias = request.debias or debias
         prompts: list[list[_Prompt]] = []  # per question: its orders, the listed one first
         for name, q in request.questions.items():
@@ -289,7 +312,7 @@ class Compiler:
                 text, options, labels, verbalizers = _question_block(q, mode, order, self.wording)
                 if mode == "mixture":
                     _check_mixture(name, options, labels, verbalizers)
-                ids, _, segments = self._tokens(state_text + text)
+                ids, _, segments = self._tokens(state_text + text, history)
                 prompts[-1].append(_Prompt(
                     name=name, question=q, mode=mode, text=text, options=options, labels=labels,
                     verbalizers=verbalizers, ids=ids, segments=segments,
@@ -301,6 +324,25 @@ class Compiler:
                                questions=tuple(c[0] for c in compiled), label_mode=label_mode,
                                rotations=tuple(tuple(c[1:]) for c in compiled) if debias != "none" else (),
                                debias=debias)
+
+    def _example_turns(self, request: DecisionRequest, label_mode: LabelMode) -> list[tuple[str, str]]:
+        """The (user, assistant) turns of the request's examples: per example, per question it
+        answers (in request order), the example's state block + the question block (options as
+        listed, the example's own instructions if it gives them) and the gold label."""
+        turns: list[tuple[str, str]] = []
+        for ex in request.examples or []:
+            for name, q in request.questions.items():
+                if name not in ex.answers:
+                    continue
+                if ex.instructions and name in ex.instructions:
+                    q = q.model_copy(update={"instructions": ex.instructions[name]})
+                mode = resolve_label_mode(q.type, label_mode)
+                text, options, labels, _ = _question_block(q, mode, None, self.wording)
+                label = labels[options.index(ex.answers[name])]  # schema checked the answer is an option
+                # plain templates read the label after "Answer:" (PLAIN_TEMPLATE); the example says so too
+                answer = label if self.template.is_chat else f"Answer: {label}"
+                turns.append((_state_block(ex.state) + text, answer))
+        return turns
 
     def _question(self, p: _Prompt, prefix_len: int) -> CompiledQuestion:
         """Label paths at the answer boundary, the token limit, and the suffix after the prefix."""

@@ -37,7 +37,7 @@ from .errors import InvalidRequestError
 from .readout import LabelTrie, option_probabilities, path_probabilities
 from .readout import label_mass as mass_on_labels
 from .reducers import ConfidenceKind
-from .schema import Answer, Content, DecisionRequest, DecisionResponse, Question, Usage
+from .schema import Answer, Content, DecisionRequest, DecisionResponse, Example, Question, Usage
 from .tokenization import ChatTemplate, TextTokenizer
 
 
@@ -274,6 +274,7 @@ class Decider:
             calibration = CalibrationFile.load(calibration)
         self.calibration: CalibrationFile | None = calibration
         self._cf_memo: dict[tuple[str, str, str, str], np.ndarray] = {}  # (mode, debias, cf state, question JSON) → p_cf
+        self._cf_memo_examples: dict[tuple[str, str, str, str], dict[str, np.ndarray]] = {}  # … request JSON → p_cf
         self._cf_lock = threading.Lock()
 
     @classmethod
@@ -293,13 +294,17 @@ class Decider:
 
     def decide(self, state: Content, questions: Mapping[str, Question | Mapping[str, Any]], *,
                label_mode: LabelMode | None = None, debias: Debias | None = None,
-               include: Sequence[str] = ()) -> DecisionResponse:
-        """Ask typed questions about one state (``include=["label_mass"]`` adds the label mass)."""
+               include: Sequence[str] = (),
+               examples: Sequence[Example | Mapping[str, Any]] | None = None) -> DecisionResponse:
+        """Ask typed questions about one state (``include=["label_mass"]`` adds the label mass;
+        ``examples``: labelled few-shot examples ``{"state", "answers": {question: option}}``)."""
         body: dict[str, Any] = {"model": self.name, "state": state, "questions": dict(questions)}
         if debias is not None:
             body["debias"] = debias
         if include:
             body["include"] = list(include)
+        if examples:
+            body["examples"] = list(examples)
         return self.run(parse_request(body), label_mode=label_mode)
 
     def run(self, request: DecisionRequest | Mapping[str, Any], *,
@@ -411,7 +416,9 @@ class Decider:
 
         p_cf depends only on the question (and label mode), not on the request's state, so each
         question's p_cf is computed once and memoized: a router asking the same question of every
-        message pays for it on the first message only."""
+        message pays for it on the first message only. A request with few-shot examples shows
+        every question's example turns before each question, so its p_cf is read from the whole
+        request (its questions and examples) with the content-free state, memoized on both."""
         cal = self.calibration
         if cal is None or not any(c.contextual for c in cal.per_type.values()):
             return [None] * len(requests)
@@ -423,6 +430,10 @@ class Decider:
                 continue
             probs: dict[str, np.ndarray] = {}
             deb = req.debias or debias  # the request's own field wins, as in compile
+            if req.examples:
+                probs = self._content_free_with_examples(req, mode, deb)
+                out.append({n: probs[n] for n in wanted})
+                continue
             for name, q in wanted.items():
                 key = (mode, deb, cal.content_free_state or "", q.model_dump_json())
                 with self._cf_lock:
@@ -437,6 +448,24 @@ class Decider:
                 probs[name] = hit
             out.append(probs)
         return out
+
+    def _content_free_with_examples(self, req: DecisionRequest, mode: LabelMode, deb: Debias
+                                    ) -> dict[str, np.ndarray]:
+        """p_cf of every question of a request with examples: the same request, content-free state."""
+        cal = self.calibration
+        assert cal is not None
+        cf_state = cal.content_free_state or ""
+        key = (mode, deb, cf_state, req.model_copy(update={"state": cf_state, "include": None}).model_dump_json())
+        with self._cf_lock:
+            hit = self._cf_memo_examples.get(key)
+        if hit is None:
+            cf_req = req.model_copy(update={"state": cf_state, "include": None})
+            hit = self.probabilities(cf_req, label_mode=mode, debias=deb)
+            with self._cf_lock:
+                self._cf_memo_examples[key] = hit
+                while len(self._cf_memo_examples) > 1024:
+                    self._cf_memo_examples.pop(next(iter(self._cf_memo_examples)))
+        return hit
 
     def _answer(self, r: Readout, content_free: np.ndarray | None, *, with_mass: bool = True) -> Answer:
         q = r.question

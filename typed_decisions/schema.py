@@ -44,6 +44,8 @@ from pydantic import (
     model_validator,
 )
 
+from .errors import InvalidRequestError
+
 # A description: text, or a JSON object / array rendered as compact JSON in the prompt.
 Content = Union[str, dict[str, Any], list[Any]]
 
@@ -164,13 +166,43 @@ Debias = Literal["none", "rotate"]
 Include = Literal["label_mass"]
 
 
+def option_keys(q: Noul | Choice | Score) -> list[str]:
+    """The option keys an answer uses: yes/no (noul), the option names (choice), the level
+    numbers "0".."k-1" (score) — the keys of the answers' ``probabilities``.
+
+    >>> option_keys(Score(criteria=["low", "high"]))
+    ['0', '1']
+    """
+    if isinstance(q, Noul):
+        return ["yes", "no"]
+    if isinstance(q, Choice):
+        return list(q.criteria)
+    return [str(i) for i in range(len(q.criteria))]
+
+
+class Example(_Strict):
+    """A labelled example (few-shot): a state and the gold answers to some of the request's questions.
+
+    ``answers`` maps a question name to one of its option keys (``option_keys``: yes/no, an option
+    name, a level number as a string). ``instructions`` optionally replaces a question's
+    instructions in this example only (a labelled set whose rows carry their own question).
+    The compiler renders each (example, answered question) as an earlier user/assistant turn
+    before the state, so examples are part of the shared prefix (docs/METHOD.md §0).
+    """
+
+    state: Content
+    answers: dict[str, str] = Field(min_length=1)
+    instructions: dict[str, Content] | None = None
+
+
 class DecisionRequest(_Strict):
     """``POST /v1/systemone`` body. ``assets`` (images) are refused: this is a text-only engine.
 
-    Two optional fields beyond System One's (absent: the answers are exactly System One's):
+    Three optional fields beyond System One's (absent: the answers are exactly System One's):
     ``debias`` ("none" | "rotate", default: the server's / ``Decider``'s, itself "none") asks each
     question under several option orders and averages (``debias.py``); ``include``
-    (["label_mass"]) adds the named extra fields to each answer (docs/METHOD.md §7).
+    (["label_mass"]) adds the named extra fields to each answer (docs/METHOD.md §7);
+    ``examples`` (a list of ``Example``) shows labelled examples before the state (few-shot).
     """
 
     model: str
@@ -179,6 +211,7 @@ class DecisionRequest(_Strict):
     assets: dict[str, Any] | None = None
     debias: Debias | None = None
     include: list[Include] | None = None
+    examples: list[Example] | None = None
 
     @field_validator("questions")
     @classmethod
@@ -195,6 +228,35 @@ class DecisionRequest(_Strict):
             raise ValueError("image assets need a multimodal model; this server runs a text-only "
                              "model. Send the state as text, an object or an array.")
         return None
+
+    @model_validator(mode="after")
+    def _examples_answer_the_questions(self) -> DecisionRequest:
+        """Every example answer names a question of this request and one of its options.
+
+        Raises ``InvalidRequestError`` (not a pydantic error) so that the path reaches into the
+        example: ``examples.0.answers.team``.
+        """
+        errors: list[tuple[tuple[str | int, ...], str]] = []
+        for i, ex in enumerate(self.examples or []):
+            for name, answer in ex.answers.items():
+                loc: tuple[str | int, ...] = ("examples", i, "answers", name)
+                if name not in self.questions:
+                    errors.append((loc, (f"example {i} answers {name!r}, which is not a question of this "
+                                         f"request (questions: {', '.join(map(repr, self.questions))})")))
+                    continue
+                keys = option_keys(self.questions[name])
+                if answer not in keys:
+                    hint = " (score answers are level numbers)" if self.questions[name].type == "score" else ""
+                    errors.append((loc, f"{answer!r} is not an option of question {name!r}; one of: "
+                                        + ", ".join(map(repr, keys)) + hint))
+            for name in ex.instructions or {}:
+                if name not in ex.answers:
+                    errors.append((("examples", i, "instructions", name),
+                                   (f"example {i} gives instructions for {name!r} but no answer to it; "
+                                    "instructions only reword an answered question")))
+        if errors:
+            raise InvalidRequestError(errors[0][1], errors[0][0], errors=errors)
+        return self
 
 
 # --------------------------------------------------------------------------- answers
@@ -262,7 +324,7 @@ class DecisionResponse(BaseModel):
 
 
 __all__ = [
-    "Answer", "Choice", "ChoiceAnswer", "Content", "Debias", "DecisionRequest", "Include", "DecisionResponse", "Noul",
+    "Answer", "Choice", "ChoiceAnswer", "Content", "Debias", "DecisionRequest", "Example", "Include", "DecisionResponse", "Noul",
     "NoulAnswer", "NoulCriteria", "Question", "SAMPLING_PARAMETERS", "Score", "ScoreAnswer",
-    "Usage", "json_sha256", "render_content",
+    "Usage", "json_sha256", "option_keys", "render_content",
 ]

@@ -25,7 +25,7 @@ from .fitting import calibration_fit
 from .presets import (DeciderSettings, PresetCalibration, PresetFit, answer_preset, content_hash, list_presets,
                       load_preset, preset_file, register_preset, with_calibration)
 from .run import MATPLOTLIB_HINT, collect_probabilities, content_free_probabilities, evaluate, plot_reliability
-from .spec import QuestionSpec
+from .spec import QuestionSpec, shot_rows
 
 __all__ = ["main_calibrate", "main_eval", "main_presets", "read_jsonl"]
 
@@ -113,6 +113,9 @@ def main_eval(argv: list[str]) -> int:
     p.add_argument("--label-mass", action="store_true",
                    help="read each row's label mass (one full-vocabulary product per row): items carry it, "
                         "and the report compares abstaining by it with abstaining by max p")
+    p.add_argument("--shots", type=int, default=0, metavar="K",
+                   help="few-shot: show K labelled rows of the calibration split before every state (one per "
+                        "class first, then fixed hash order; replaces a preset's own examples)")
     p.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     p.add_argument("--plot", type=Path, default=None, help="write a reliability diagram (PNG; needs matplotlib)")
     p.add_argument("--free-text", action="store_true",
@@ -132,13 +135,14 @@ def main_eval(argv: list[str]) -> int:
     from ..decider import Decider
 
     spec, rows, meta = _source(args, args.split, args.limit)
+    rows, examples = _examples(args, spec, rows, meta)
     cal = CalibrationFile.load(args.calibration) if args.calibration else None
     decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels, wording=args.wording)
     meta["wording"] = args.wording
     meta["command"] = "typed-decisions eval " + " ".join(argv)
     report = evaluate(decider, spec, rows, label_mode=args.labels, calibration=cal,
                       permutations=args.permutations, n_bins=args.bins, progress=not args.quiet, meta=meta,
-                      debias=args.debias, label_mass=args.label_mass)
+                      debias=args.debias, label_mass=args.label_mass, examples=examples)
     _print_summary(report)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
@@ -146,6 +150,28 @@ def main_eval(argv: list[str]) -> int:
     if args.plot:
         print(f"plot: {plot_reliability(report, args.plot)}")
     return 0
+
+
+def _examples(args: argparse.Namespace, spec: QuestionSpec, rows: list[dict[str, Any]], meta: dict[str, Any]
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """(rows to ask, few-shot examples): ``--shots K`` rows of the calibration split (never asked
+    themselves), else a preset's own examples, else none."""
+    if args.shots < 0:
+        raise InvalidRequestError(f"--shots must be >= 0, got {args.shots}")
+    if args.shots:
+        _, pool, _ = _source(args, "calibration", None)
+        shots = shot_rows(spec, pool, args.shots)
+        if len(shots) < args.shots:
+            raise TypedDecisionsError(f"--shots {args.shots}: the calibration split has only {len(shots)} rows")
+        meta["shots"] = {"k": args.shots, "from": "calibration split: one row per class first, then hash order",
+                         "gold": [spec.option_names[spec.gold_index(r, n)] for n, r in enumerate(shots)]}
+        return [r for r in rows if r not in shots], [spec.example(r, n) for n, r in enumerate(shots)]
+    if getattr(args, "preset", None):
+        preset = load_preset(args.preset)
+        if preset.examples:
+            meta["shots"] = {"k": len(preset.examples), "from": f"preset {preset.name} v{preset.version}"}
+            return rows, preset.wire_examples()
+    return rows, None
 
 
 def _fmt(m: Mapping[str, Any]) -> str:

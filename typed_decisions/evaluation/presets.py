@@ -2,7 +2,9 @@
 
 A preset is a JSON data file in ``typed_decisions/evaluation/presets_data/`` (name, version,
 description, the question as a ``spec.QuestionSpec`` whose options may carry ``threshold`` and
-``never_auto``, and a default ``policy.threshold``). Wording is part of the contract: answers and
+``never_auto``, a default ``policy.threshold``, and optionally labelled ``examples``
+``[{"state": ..., "answer": OPTION}]`` that every request shows before its state: few-shot, their
+KV cached across requests as part of the shared prefix). Wording is part of the contract: answers and
 evaluation numbers hold for one version, so ``presets_data/_registry.json`` records the content
 hash of every released version::
 
@@ -57,16 +59,16 @@ from ..calibration import CalibrationFile, TypeCalibration, calibrate
 from ..compiler import LABEL_MODES, LabelMode, QuestionLabels, resolve_label_mode
 from ..errors import InvalidRequestError, TypedDecisionsError
 from ..reducers import DEFAULT_CONFIDENCE, ConfidenceKind
-from ..schema import Debias, DecisionResponse, json_sha256
+from ..schema import Content, Debias, DecisionResponse, json_sha256
 from .spec import OptionSpec, QuestionSpec
 
 if TYPE_CHECKING:
     from ..decider import Decider
 
-__all__ = ["Preset", "PresetOption", "PresetQuestion", "Policy", "PresetError", "load_preset", "list_presets",
-           "content_hash", "answer_preset", "decide_action", "preset_file", "PresetCall", "prepare_preset",
-           "PresetCalibration", "PresetFit", "DeciderSettings", "select_calibration", "with_calibration",
-           "register_preset"]
+__all__ = ["Preset", "PresetExample", "PresetOption", "PresetQuestion", "Policy", "PresetError", "load_preset",
+           "list_presets", "content_hash", "answer_preset", "decide_action", "preset_file", "PresetCall",
+           "prepare_preset", "PresetCalibration", "PresetFit", "DeciderSettings", "select_calibration",
+           "with_calibration", "register_preset"]
 
 REGISTRY = "_registry.json"
 PARAMS = ("label_mode", "threshold", "debias", "calibration")  # the params answer_preset accepts
@@ -144,6 +146,14 @@ class PresetCalibration(TypeCalibration):
         return f"T={self.temperature:g}" + (", contextual" if self.contextual else "")
 
 
+class PresetExample(BaseModel):
+    """A labelled few-shot example: a state and the name of its gold option."""
+
+    model_config = ConfigDict(extra="forbid")
+    state: Content
+    answer: str
+
+
 class Preset(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -152,9 +162,20 @@ class Preset(BaseModel):
     question: PresetQuestion
     policy: Policy = Field(default_factory=Policy)
     dataset: str | None = Field(None, description="a datasets.py name whose gold labels are this question's options")
+    examples: list[PresetExample] = Field(
+        default_factory=list, description="labelled examples shown before the state (few-shot; "
+                                          "cached across requests as part of the shared prefix)")
     calibration: dict[str, PresetCalibration] | None = Field(
         None, description="model key (Decider.name, + ':int8' for an INT8 export) → its calibration fitted on this "
                           "preset's dataset")
+
+    @model_validator(mode="after")
+    def _examples_answer_options(self) -> Preset:
+        names = [o.name for o in self.question.options]
+        for i, ex in enumerate(self.examples):
+            if ex.answer not in names:
+                raise ValueError(f"examples.{i}.answer: {ex.answer!r} is not an option of the question ({names})")
+        return self
 
     @model_validator(mode="after")
     def _calibrations_fit_the_question(self) -> Preset:
@@ -165,6 +186,11 @@ class Preset(BaseModel):
                 raise ValueError(f"calibration.{model}.content_free has {len(cal.content_free)} entries; "
                                  f"the question has {len(self.question.options)} options")
         return self
+
+    def wire_examples(self) -> list[dict[str, Any]]:
+        """The examples as the wire request's ``examples`` (``schema.Example``)."""
+        spec = self.question_spec()
+        return [{"state": ex.state, "answers": {spec.name: spec.wire_answer(ex.answer)}} for ex in self.examples]
 
     def question_spec(self) -> QuestionSpec:
         """The question alone (policy fields dropped), for evaluation."""
@@ -206,7 +232,7 @@ def _parse(data: Any, where: str) -> Preset:
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         loc = ".".join(map(str, err["loc"]))
-        raise PresetError(f"{where}: {loc + ': ' if loc else ''}{err['msg']}") from None
+        raise PresetError(f"{where}: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}") from None
 
 
 def load_preset(name: str | Path) -> Preset:
@@ -437,6 +463,8 @@ def prepare_preset(model: str, preset_name: str | Preset, state: Any,
     preset = preset_name if isinstance(preset_name, Preset) else load_preset(preset_name)
     spec = preset.question_spec()
     request = spec.request(model, state)
+    if preset.examples:
+        request["examples"] = preset.wire_examples()
     if "debias" in params:
         request["debias"] = params["debias"]
     settings = (decider if isinstance(decider, DeciderSettings)

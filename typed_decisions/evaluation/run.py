@@ -50,27 +50,35 @@ MATPLOTLIB_HINT = "the reliability plot needs matplotlib: pip install matplotlib
 # ---------------------------------------------------------------- asking the model
 
 
+def _with_examples(request: dict[str, Any], examples: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """The request with the few-shot examples added (``schema.Example``; none: unchanged)."""
+    return {**request, "examples": list(examples)} if examples else request
+
+
 def collect_probabilities(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], *,
                           label_mode: str | None = None, progress: bool = True,
-                          desc: str = "eval", debias: str | None = None) -> tuple[list[np.ndarray], list[int]]:
+                          desc: str = "eval", debias: str | None = None,
+                          examples: Sequence[Mapping[str, Any]] | None = None) -> tuple[list[np.ndarray], list[int]]:
     """Uncalibrated option probabilities (option order of the spec) and gold indices, one per row."""
     probs, gold, _ = collect_readouts(decider, spec, rows, label_mode=label_mode, progress=progress,
-                                      desc=desc, debias=debias)
+                                      desc=desc, debias=debias, examples=examples)
     return probs, gold
 
 
 def collect_readouts(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], *,
                      label_mode: str | None = None, progress: bool = True, desc: str = "eval",
-                     debias: str | None = None, label_mass: bool = False
+                     debias: str | None = None, label_mass: bool = False,
+                     examples: Sequence[Mapping[str, Any]] | None = None
                      ) -> tuple[list[np.ndarray], list[int], list[float] | None]:
     """Probabilities and gold indices as ``collect_probabilities``, and each row's label mass
-    (None unless ``label_mass``: it costs one full-vocabulary product per row)."""
+    (None unless ``label_mass``: it costs one full-vocabulary product per row). ``examples``
+    (wire few-shot examples, ``QuestionSpec.example``) are shown before every row's state."""
     from tqdm.auto import tqdm
 
     gold = [spec.gold_index(r, n) for n, r in enumerate(rows)]  # fail on a bad label before any compute
     probs, masses = [], []
     for n, r in enumerate(tqdm(rows, desc=desc, unit="row", disable=not progress)):
-        read = decider.readouts(spec.row_request(decider.name, r, n), label_mode=label_mode,
+        read = decider.readouts(_with_examples(spec.row_request(decider.name, r, n), examples), label_mode=label_mode,
                                 debias=debias, label_mass=label_mass)[spec.name]
         probs.append(read.probabilities())
         masses.append(read.mean_label_mass())
@@ -78,13 +86,16 @@ def collect_readouts(decider: Decider, spec: QuestionSpec, rows: Sequence[Mappin
 
 
 def content_free_probabilities(decider: Decider, spec: QuestionSpec, state: str = "N/A", *,
-                               label_mode: str | None = None) -> np.ndarray:
+                               label_mode: str | None = None,
+                               examples: Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
     """p_cf: the question's probabilities for a content-free state (contextual calibration)."""
-    return decider.probabilities(spec.request(decider.name, state), label_mode=label_mode)[spec.name]
+    return decider.probabilities(_with_examples(spec.request(decider.name, state), examples),
+                                 label_mode=label_mode)[spec.name]
 
 
 def _permutations(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], k: int, *,
-                  label_mode: str | None, progress: bool) -> dict[str, Any]:
+                  label_mode: str | None, progress: bool,
+                  examples: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Mean flip rate and TV over rows, each row re-asked under k option orders (choice only)."""
     from tqdm.auto import tqdm
 
@@ -93,7 +104,8 @@ def _permutations(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[s
     flips, mean_tv, max_tv = [], [], []
     for n, r in enumerate(tqdm(rows, desc="permutations", unit="row", disable=not progress)):
         def probs_for(order: list[int], r: Mapping[str, Any] = r, n: int = n) -> np.ndarray:
-            return decider.probabilities(spec.row_request(decider.name, r, n, order), label_mode=label_mode)[spec.name]
+            return decider.probabilities(_with_examples(spec.row_request(decider.name, r, n, order), examples),
+                                         label_mode=label_mode)[spec.name]
 
         rep = permutation_report(probs_for, list(range(len(spec.options))), k=k, seed=n)
         flips.append(rep.flip_rate)
@@ -107,19 +119,21 @@ def evaluate(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, A
              label_mode: str | None = None, calibration: CalibrationFile | None = None,
              permutations: int = 0, n_bins: int = 10, thresholds: Sequence[float] = THRESHOLDS,
              progress: bool = True, meta: Mapping[str, Any] | None = None, debias: str | None = None,
-             label_mass: bool = False) -> dict[str, Any]:
-    """Ask ``spec`` of every row; the report (module docstring). ``meta`` is copied into it."""
+             label_mass: bool = False, examples: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Ask ``spec`` of every row; the report (module docstring). ``meta`` is copied into it.
+    ``examples``: wire few-shot examples shown before every row (the report counts them)."""
     if not rows:
         raise TypedDecisionsError("no rows to evaluate (empty dataset or split, or --limit 0)")
     mode = label_mode or decider.label_mode
     deb = debias or getattr(decider, "debias", "none")
     t0 = time.perf_counter()
     probs, gold, masses = collect_readouts(decider, spec, rows, label_mode=mode, progress=progress,
-                                           debias=deb, label_mass=label_mass)
+                                           debias=deb, label_mass=label_mass, examples=examples)
     seconds = time.perf_counter() - t0
     report: dict[str, Any] = {
         "model": decider.name, **(meta or {}), "question": spec.model_dump(), "label_mode": mode, "debias": deb,
         "labels": resolve_label_mode(spec.type, mode),  # what this question type was compiled with
+        "examples": len(examples or []),  # few-shot examples shown before every row
         "n": len(rows), "seconds": round(seconds, 3), "rows_per_second": round(len(rows) / seconds, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "class_counts": {o: int(sum(1 for y in gold if y == i)) for i, o in enumerate(spec.option_names)},
@@ -127,7 +141,8 @@ def evaluate(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, A
     }
     if calibration is not None:
         tc = calibration.for_type(spec.type)
-        cf = (decider.probabilities(spec.request(decider.name, calibration.content_free_state or ""),
+        cf = (decider.probabilities(_with_examples(spec.request(decider.name, calibration.content_free_state or ""),
+                                                   examples),
                                     label_mode=mode, debias=deb)[spec.name] if tc.contextual else None)
         report["calibration"] = {"model": calibration.model, "version": calibration.version,
                                  "temperature": tc.temperature, "contextual": tc.contextual,
@@ -136,7 +151,8 @@ def evaluate(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, A
         report["calibrated"] = metrics(apply_calibration(probs, tc, cf), gold, n_bins=n_bins, qtype=spec.type,
                                        thresholds=thresholds)
     if permutations > 0:
-        report["permutation"] = _permutations(decider, spec, rows, permutations, label_mode=mode, progress=progress)
+        report["permutation"] = _permutations(decider, spec, rows, permutations, label_mode=mode, progress=progress,
+                                              examples=examples)
     if masses is not None:
         conf = [float(np.max(p)) for p in probs]
         hits = [float(np.argmax(p) == y) for p, y in zip(probs, gold)]

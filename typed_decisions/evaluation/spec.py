@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import InvalidRequestError
 
-__all__ = ["OptionSpec", "QuestionSpec"]
+__all__ = ["OptionSpec", "QuestionSpec", "shot_rows"]
 
 
 class OptionSpec(BaseModel):
@@ -115,6 +115,33 @@ class QuestionSpec(BaseModel):
         """The request for one labelled row: its state, and its own question if it has one."""
         return self.request(model, self.state(row, n), order, self.instructions_for(row, n))
 
+    def wire_answer(self, option: str) -> str:
+        """An option name as a wire example answers it (``schema.option_keys``): the name itself,
+        or for score the level's number.
+
+        >>> QuestionSpec(type="score", options=[{"name": "low"}, {"name": "high"}]).wire_answer("high")
+        '1'
+        """
+        names = self.option_names
+        if option not in names:
+            raise InvalidRequestError(f"{option!r} is not an option of question {self.name!r} ({names})")
+        return str(names.index(option)) if self.type == "score" else option
+
+    def example(self, row: Mapping[str, Any], n: int = 0) -> dict[str, Any]:
+        """A labelled row as a wire few-shot example (``schema.Example``): its state, its gold
+        answer, and its own question text when the spec has ``instructions_field``.
+
+        >>> QuestionSpec(name="spam", type="noul", options=[{"name": "yes"}, {"name": "no"}]).example(
+        ...     {"state": "WIN NOW", "gold": "yes"})
+        {'state': 'WIN NOW', 'answers': {'spam': 'yes'}}
+        """
+        ex: dict[str, Any] = {"state": self.state(row, n),
+                              "answers": {self.name: self.wire_answer(self.option_names[self.gold_index(row, n)])}}
+        own = self.instructions_for(row, n)
+        if own is not None:
+            ex["instructions"] = {self.name: own}
+        return ex
+
     def state(self, row: Mapping[str, Any], n: int = 0) -> str:
         if self.state_field not in row:
             raise InvalidRequestError(f"row {n} has no state field {self.state_field!r} (set state_field in the spec)")
@@ -134,3 +161,31 @@ class QuestionSpec(BaseModel):
         if self.type == "score" and isinstance(raw, int) and 0 <= raw < len(names):
             return raw
         raise InvalidRequestError(f"row {n}: gold label {raw!r} is not an option ({names}); add it to gold_map")
+
+
+def shot_rows(spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], k: int) -> list[Mapping[str, Any]]:
+    """The k rows to show as few-shot examples: one row of each gold class first (the first of
+    each class in ``rows``' order, while there are fewer picked than k), then the next rows in
+    order; returned in ``rows``' order (the fixed hash order of a split, so always the same k).
+
+    >>> spec = QuestionSpec(type="choice", options=[{"name": "a"}, {"name": "b"}])
+    >>> rows = [{"state": "1", "gold": "a"}, {"state": "2", "gold": "a"}, {"state": "3", "gold": "b"}]
+    >>> [r["state"] for r in shot_rows(spec, rows, 2)], [r["state"] for r in shot_rows(spec, rows, 3)]
+    (['1', '3'], ['1', '2', '3'])
+    """
+    if k < 0:
+        raise InvalidRequestError(f"shots must be >= 0, got {k}")
+    picked: set[int] = set()
+    seen: set[int] = set()
+    for i, row in enumerate(rows):
+        if len(picked) >= k:
+            break
+        g = spec.gold_index(row, i)
+        if g not in seen:
+            seen.add(g)
+            picked.add(i)
+    for i in range(len(rows)):
+        if len(picked) >= k:
+            break
+        picked.add(i)
+    return [rows[i] for i in sorted(picked)]
