@@ -121,7 +121,7 @@ def fewshot_presets(tmp_path, monkeypatch):
                                  "examples": [{"state": "Meh.", "answer": sent["question"]["options"][2]["name"]}]}}
     for name, data in new.items():
         (folder / f"{name}.json").write_text(json.dumps(data))
-        registry[name] = {"1": content_hash(data)}
+        registry[name] = {str(data["version"]): content_hash(data)}
     (folder / presets.REGISTRY).write_text(json.dumps(registry))
     monkeypatch.setattr(presets, "_folder", lambda: folder)
     return folder
