@@ -116,6 +116,8 @@ def fewshot_presets(tmp_path, monkeypatch):
     registry = json.loads((folder / presets.REGISTRY).read_text())
     spam = json.loads((folder / "sms-spam.json").read_text())
     sent = json.loads((folder / "sentiment-score.json").read_text())
+    spam.pop("calibration", None)  # fitted without examples: a preset may not carry both
+    sent.pop("calibration", None)
     new = {"sms-spam-fewshot": {**spam, "name": "sms-spam-fewshot", "examples": SPAM_SHOTS},
            "sentiment-fewshot": {**sent, "name": "sentiment-fewshot",
                                  "examples": [{"state": "Meh.", "answer": sent["question"]["options"][2]["name"]}]}}
@@ -142,6 +144,10 @@ def test_preset_examples_go_into_the_wire_request(fewshot_presets):
 
 def test_a_preset_example_must_answer_an_option(fewshot_presets):
     data = json.loads((fewshot_presets / "sms-spam-fewshot.json").read_text())
+    with_cal = {**data, "calibration": json.loads((presets._folder() / "sms-spam.json").read_text())["calibration"]}
+    (fewshot_presets / "both.json").write_text(json.dumps(with_cal))
+    with pytest.raises(PresetError, match="a preset with examples cannot carry calibrations"):
+        load_preset(str(fewshot_presets / "both.json"))
     data["examples"][1]["answer"] = "maybe"
     path = fewshot_presets / "mine.json"
     path.write_text(json.dumps(data))

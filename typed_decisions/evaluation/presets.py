@@ -179,6 +179,10 @@ class Preset(BaseModel):
 
     @model_validator(mode="after")
     def _calibrations_fit_the_question(self) -> Preset:
+        if self.calibration and self.examples:
+            # `calibrate --preset` asks without the examples, so its fit would not match these answers
+            raise ValueError("calibration: a preset with examples cannot carry calibrations yet (they are "
+                             "fitted without the examples, so they would not match its answers)")
         for model, cal in (self.calibration or {}).items():
             if not model:
                 raise ValueError("calibration: model names must be non-empty")
