@@ -414,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", required=True, type=Path, help="summary JSON; raw probabilities go to <out>.raw.json")
+    p.add_argument("--raw", type=Path, default=None,
+                   help="raw probabilities file to read and extend (default <out>.raw.json): one raw file can "
+                        "serve several summaries, e.g. a lever's own table next to the main one")
     p.add_argument("--analyse-only", action="store_true",
                    help="ask nothing: analyse the rows the raw file has (per set, up to --test rows that every setting has)")
     args = p.parse_args(argv)
@@ -423,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         if d not in DATASETS:
             raise SystemExit(f"--datasets: unknown dataset {d!r}; known: {', '.join(DATASETS)}")
     settings = load_settings(args.settings, args.settings_file)
-    raw_path = args.out.with_suffix(".raw.json")
+    raw_path = args.raw or args.out.with_suffix(".raw.json")
     raw: dict[str, Any] = json.loads(raw_path.read_text()) if raw_path.exists() else {}
     deciders: dict[str, Decider] = {}
 

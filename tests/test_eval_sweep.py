@@ -147,6 +147,19 @@ def test_analyse_only_reads_the_raw_file_and_asks_nothing(two_sets, tmp_path):
         sweep.main(["--datasets", "a", "--settings", "auto", "--out", str(out), "--analyse-only"])
 
 
+def test_raw_names_the_raw_file_apart_from_the_summary(two_sets, tmp_path):
+    fake, raw = FakeDecider(), {}
+    raw_path = tmp_path / "main.raw.json"
+    sweep.collect(raw, raw_path, ["a"], sweep.load_settings("letters", None), 0, 5, lambda s: fake, calibrate=False)
+    out = tmp_path / "lever.json"
+    assert sweep.main(["--datasets", "a", "--settings", "letters", "--boot", "20", "--out", str(out),
+                       "--raw", str(raw_path), "--analyse-only"]) == 0
+    assert json.loads(out.read_text())["cells"]["a/letters"]["test_n"] == 5
+    assert not out.with_suffix(".raw.json").exists()  # nothing written beside the summary
+    with pytest.raises(SystemExit, match="no rows for a/letters"):  # without --raw: <out>.raw.json, which does not exist
+        sweep.main(["--datasets", "a", "--settings", "letters", "--out", str(out), "--analyse-only"])
+
+
 def test_label_mass_is_recorded_and_judged_as_an_abstain_signal(two_sets, tmp_path):
     f = tmp_path / "grid.json"
     f.write_text(json.dumps([{"name": "auto-mass", "options": {"label_mode": "auto", "label_mass": True}}]))
