@@ -153,6 +153,22 @@ def test_a_small_block_budget_splits_blocks_without_changing_answers(tiny_model_
     np.testing.assert_allclose(a, c, atol=TOL, rtol=0)
 
 
+def test_long_blocks_run_alone_and_answer_the_same(tiny_model_dir):
+    """Blocks of at least ``solo_tokens`` tokens run as their own runs (stacking them would only
+    pad them to the longest row); short ones still share runs. Answers do not depend on it."""
+    reqs = [request(A), request(B), request(C)]
+    stacked = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    stacked.engine.solo_tokens = 1 << 30          # every block stacked, as before the rule
+    solo = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    solo.engine.solo_tokens = 8                   # every request's block (state + questions) alone
+    a = [vector(r) for r in stacked.run_many(reqs, use_cache=False)]
+    b = [vector(r) for r in solo.run_many(reqs, use_cache=False)]
+    assert solo.engine.stats.tokens_computed == stacked.engine.stats.tokens_computed
+    assert solo.engine.stats.runs >= stacked.engine.stats.runs + 2   # three blocks, three runs
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, atol=TOL, rtol=0)
+
+
 def test_int8_packs_by_default_but_not_with_per_tensor_scales(tiny_int8_model_dir, tiny_int8_per_tensor_dir):
     """Per-token INT8 packs (one request per row: tests/test_engine_invariance.py holds its answers
     to 1e-5 in any company); per-tensor scales would span a whole block, so those stay rows."""

@@ -359,7 +359,8 @@ class Engine:
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
                  max_batch_rows: int | None = None, max_batch_tokens: int = 8192,
                  max_batch_kv_bytes: int = 1 << 30, max_call_kv_bytes: int = 4 << 30,
-                 prefill_chunk: int = 2048, cpu_check: bool = True, packed: bool | None = None):
+                 prefill_chunk: int = 2048, cpu_check: bool = True, packed: bool | None = None,
+                 solo_tokens: int = 256):
         self.artifacts = artifacts
         self.backbone = Backbone(artifacts, threads=threads, providers=providers)
         # Tree blocks (tree_block.py) when the graph takes the 4-D mask; ``packed_reason`` says
@@ -382,6 +383,10 @@ class Engine:
         self.max_batch_kv_bytes = max_batch_kv_bytes
         self.max_call_kv_bytes = max_call_kv_bytes
         self.prefill_chunk = prefill_chunk
+        # A row of this many tokens already streams the weights once for enough tokens: stacked
+        # with others it gains no GEMM efficiency, only pads to the longest row and copies its
+        # past into the batch (batched ~300-token requests ran 0.86x of sequential, docs/benchmarks.md).
+        self.solo_tokens = solo_tokens
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[bytes, tuple[KVRows, np.ndarray]] = OrderedDict()
         self._cache_used = 0
@@ -652,7 +657,8 @@ class Engine:
         """Split a batch of items (rows: one node, or a tree block) so that rows × longest row
         stays under ``max_batch_tokens`` and the stacked past + present of the rows (and, for a
         4-D-mask graph, the mask and one layer's scores) stay under ``max_batch_kv_bytes`` — and,
-        with ``equal_pasts``, so that the rows of a run have pasts of one length.
+        with ``equal_pasts``, so that the rows of a run have pasts of one length. An item of at
+        least ``solo_tokens`` tokens runs alone: batching it would only add padding.
 
         The byte bound matters for many label branches after a long prompt: 40 rows over a
         1,221-token past of the 1.5B model would stack 2.8 GB of past and get as much present back.
@@ -670,6 +676,9 @@ class Engine:
 
         for it in sorted(items, key=key):
             start, size = starts[id(it[0])], sizes[id(it[0])]
+            if size >= self.solo_tokens:
+                groups.append([it])
+                continue
             longest_new, past_new = max(longest, size), max(past, start)
             rows = len(cur) + 1
             too_many_tokens = longest_new * rows > self.max_batch_tokens
