@@ -303,3 +303,54 @@ def test_calibrate_to_preset_writes_a_preset_that_loads_and_ships(tiny_model_dir
     assert main(["presets", "register", str(out)]) == 0
     answer = presets.answer_preset(tiny_decider, "sms-spam", texts[0])
     assert answer["calibration"] == f"preset sms-spam v{v} for {tiny_decider.name}: T={cal.temperature:g}"
+
+
+def test_calibrate_a_preset_with_examples_reads_after_them(tiny_model_dir, tiny_decider, tmp_path, shipped):
+    """A preset's answers are read after its few-shot examples, so `calibrate --preset` fits (and
+    reports) on probabilities read after the same examples, skips rows that are examples, and
+    records which examples it saw; the preset then loads with that calibration."""
+    import argparse
+
+    from typed_decisions.cli import main
+    from typed_decisions.evaluation.cli import _source
+
+    shots = [{"state": "WINNER!! Claim your free prize now, call 09061701461", "answer": "yes"},
+             {"state": "Are we still on for lunch tomorrow?", "answer": "no"}]
+    texts = ["WIN a free phone now! Text WIN to 80082", "Call me when you get home", "URGENT! You have won £1000",
+             "Running late, 10 min", "Free entry in a weekly prize draw, txt NOW", "Thanks for dinner last night",
+             "Claim your cash reward today, reply YES", "See you at the station", shots[1]["state"]]
+    rows = [{"state": t, "gold": "yes" if i % 2 == 0 else "no"} for i, t in enumerate(texts)]
+    rows[-1]["gold"] = "no"
+    data = tmp_path / "spam.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    own = json.loads(presets.preset_file("sms-spam").read_text())
+    own.pop("calibration", None)
+    own["examples"] = shots
+    src, out = tmp_path / "spam-fewshot.json", tmp_path / "spam-fewshot-fitted.json"
+    src.write_text(json.dumps(own))
+    assert main(["calibrate", "--model", str(tiny_model_dir), "--preset", str(src), "--data", str(data),
+                 "--method", "temperature", "--to-preset", str(out), "--threads", "2", "-q"]) == 0
+    preset = load_preset(out)
+    cal = preset.calibration[tiny_decider.name]
+    assert cal.examples == presets.examples_hash(preset.examples) is not None
+    assert cal.fitted.rows + cal.fitted.test_rows == len(rows) - 1  # the example row is neither fitted nor tested
+
+    # oracle: the test split's NLL before calibration, read by hand with and without the examples
+    ns = argparse.Namespace(dataset=None, data=data, spec=None, preset=str(src), quiet=True)
+    spec, test_rows, _ = _source(ns, "test", None)
+    test_rows = [r for r in test_rows if r["state"] != shots[1]["state"]]
+    wire = preset.wire_examples()
+
+    def nll(examples):
+        total = 0.0
+        for n, r in enumerate(test_rows):
+            req = spec.row_request(tiny_decider.name, r, n)
+            p = tiny_decider.probabilities({**req, **({"examples": examples} if examples else {})})[spec.name]
+            total -= np.log(p[spec.gold_index(r, n)])
+        return total / len(test_rows)
+
+    assert cal.fitted.test_nll_before == pytest.approx(nll(wire), abs=1e-6)
+    assert abs(nll(wire) - nll(None)) > 1e-4  # the examples really were in the prompts
+    # the fitted preset answers calibrated, after its examples
+    answer = presets.answer_preset(tiny_decider, preset, texts[0])
+    assert "T=" in answer["calibration"]

@@ -146,8 +146,22 @@ def test_a_preset_example_must_answer_an_option(fewshot_presets):
     data = json.loads((fewshot_presets / "sms-spam-fewshot.json").read_text())
     with_cal = {**data, "calibration": json.loads((presets._folder() / "sms-spam.json").read_text())["calibration"]}
     (fewshot_presets / "both.json").write_text(json.dumps(with_cal))
-    with pytest.raises(PresetError, match="a preset with examples cannot carry calibrations"):
+    with pytest.raises(PresetError, match=r"calibration\.\S+\.examples: fitted without examples, but the preset "
+                                          r"has examples sha256:[0-9a-f]{16}; refit with typed-decisions calibrate"):
         load_preset(str(fewshot_presets / "both.json"))
+    # a fit read after these very examples is accepted; after other examples, or on a preset without any, refused
+    own = presets.examples_hash(load_preset(str(fewshot_presets / "sms-spam-fewshot.json")).examples)
+    for cal in with_cal["calibration"].values():
+        cal["examples"] = own
+    (fewshot_presets / "both.json").write_text(json.dumps(with_cal))
+    assert load_preset(str(fewshot_presets / "both.json")).calibration
+    other = {**with_cal, "examples": SPAM_SHOTS[:1]}
+    (fewshot_presets / "other.json").write_text(json.dumps(other))
+    with pytest.raises(PresetError, match=f"fitted with examples {own}, but the preset has examples sha256:"):
+        load_preset(str(fewshot_presets / "other.json"))
+    (fewshot_presets / "none.json").write_text(json.dumps({**with_cal, "examples": []}))
+    with pytest.raises(PresetError, match=f"fitted with examples {own}, but the preset has none"):
+        load_preset(str(fewshot_presets / "none.json"))
     data["examples"][1]["answer"] = "maybe"
     path = fewshot_presets / "mine.json"
     path.write_text(json.dumps(data))

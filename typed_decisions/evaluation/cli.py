@@ -22,8 +22,8 @@ from ..wording import WORDINGS
 from ..errors import InvalidRequestError, TypedDecisionsError
 from .datasets import get_spec, load_dataset, rows_for
 from .fitting import calibration_fit
-from .presets import (DeciderSettings, PresetCalibration, PresetFit, answer_preset, content_hash, list_presets,
-                      load_preset, preset_file, register_preset, with_calibration)
+from .presets import (DeciderSettings, PresetCalibration, PresetFit, answer_preset, content_hash, examples_hash,
+                      list_presets, load_preset, preset_file, register_preset, with_calibration)
 from .run import MATPLOTLIB_HINT, collect_probabilities, content_free_probabilities, evaluate, plot_reliability
 from .spec import QuestionSpec, shot_rows
 
@@ -225,12 +225,20 @@ def main_calibrate(argv: list[str]) -> int:
     _, test_rows, _ = _source(args, "test", args.test_limit)
     if not fit_rows or not test_rows:
         raise TypedDecisionsError(f"need rows in both splits, got {len(fit_rows)} calibration and {len(test_rows)} test")
+    # A preset with few-shot examples answers after them: its calibration is fitted (and reported)
+    # on answers read after the same examples, and never on the example rows themselves.
+    preset_examples = load_preset(args.preset).examples if args.preset else []
+    examples = load_preset(args.preset).wire_examples() if preset_examples else None
+    if preset_examples:
+        shown = [ex.state for ex in preset_examples]
+        fit_rows = [r for n, r in enumerate(fit_rows) if spec.state(r, n) not in shown]
+        test_rows = [r for n, r in enumerate(test_rows) if spec.state(r, n) not in shown]
     decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels, wording=args.wording)
     fp, fg = collect_probabilities(decider, spec, fit_rows, label_mode=args.labels, progress=not args.quiet,
-                                   desc="calibration split")
+                                   desc="calibration split", examples=examples)
     tp, tg = collect_probabilities(decider, spec, test_rows, label_mode=args.labels, progress=not args.quiet,
-                                   desc="test split")
-    cf = content_free_probabilities(decider, spec, args.content_free, label_mode=args.labels)
+                                   desc="test split", examples=examples)
+    cf = content_free_probabilities(decider, spec, args.content_free, label_mode=args.labels, examples=examples)
     fit = calibration_fit(fp, fg, tp, tg, cf, qtype=spec.type, n_bins=args.bins)
     chosen = fit["best"] if args.method == "auto" else args.method
     v = fit["variants"][chosen]
@@ -246,10 +254,12 @@ def main_calibrate(argv: list[str]) -> int:
                           per_type=per_type,  # type: ignore[arg-type]
                           content_free_state=args.content_free if any(c.contextual for c in per_type.values()) else None,
                           notes=f"{spec.type}: {chosen} fitted on {len(fit_rows)} rows of {src} (calibration split, "
-                                f"labels {resolve_label_mode(spec.type, args.labels)}); test NLL {v['test']['nll']:.4f} vs {fit['variants']['none']['test']['nll']:.4f} raw")
+                                f"labels {resolve_label_mode(spec.type, args.labels)}"
+                                f"{f', after the {len(preset_examples)} examples of preset {args.preset}' if preset_examples else ''}); test NLL {v['test']['nll']:.4f} vs {fit['variants']['none']['test']['nll']:.4f} raw")
     if args.out is not None:
         cal.save(args.out)
-    print(f"{src}: fit n={len(fit_rows)}, test n={len(test_rows)}, type {spec.type}, p_cf({args.content_free!r}) = "
+    print(f"{src}: fit n={len(fit_rows)}, test n={len(test_rows)}, type {spec.type}, "
+          f"{len(preset_examples)} few-shot examples, p_cf({args.content_free!r}) = "
           + ", ".join(f"{x:.3f}" for x in cf))
     print(f"{'variant':<12} {'T':>7}  {'fit NLL':>8}  {'test NLL':>8}  {'test acc':>8}  {'test ECE':>8}  {'test Brier':>10}")
     for name, r in fit["variants"].items():
@@ -264,6 +274,7 @@ def main_calibrate(argv: list[str]) -> int:
         args.report.write_text(json.dumps({**meta, "model": decider.name, "question": spec.model_dump(),
                                            "label_mode": args.labels,
                                            "labels": resolve_label_mode(spec.type, args.labels), "fit_n": len(fit_rows), "test_n": len(test_rows),
+                                           "examples": len(preset_examples),
                                            "chosen": chosen, **fit}, indent=1) + "\n", encoding="utf-8")
     return 0
 
@@ -271,11 +282,12 @@ def main_calibrate(argv: list[str]) -> int:
 def _write_preset_calibration(args: argparse.Namespace, argv: list[str], model: str, fit: Mapping[str, Any],
                               chosen: str, fit_n: int, test_n: int, src: str | None) -> None:
     """``calibrate --to-preset``: the preset's JSON with the chosen variant as its entry for ``model``."""
-    spec = load_preset(args.preset).question_spec()
+    preset = load_preset(args.preset)
+    spec = preset.question_spec()
     v, none = fit["variants"][chosen], fit["variants"]["none"]
     cal = PresetCalibration(
         temperature=v["temperature"], contextual=v["contextual"], labels=resolve_label_mode(spec.type, args.labels),
-        debias="none", wording=args.wording,
+        debias="none", wording=args.wording, examples=examples_hash(preset.examples),
         content_free_state=args.content_free if v["contextual"] else None,
         content_free=list(fit["content_free_probabilities"]) if v["contextual"] else None,
         fitted=PresetFit(dataset=src, rows=fit_n, method=chosen, test_rows=test_n,  # type: ignore[arg-type]

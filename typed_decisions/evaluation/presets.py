@@ -45,7 +45,7 @@ to the calibrated probabilities.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["Preset", "PresetExample", "PresetOption", "PresetQuestion", "Policy", "PresetError", "load_preset",
            "list_presets", "content_hash", "answer_preset", "decide_action", "preset_file", "PresetCall",
            "prepare_preset", "PresetCalibration", "PresetFit", "DeciderSettings", "select_calibration",
-           "with_calibration", "register_preset"]
+           "with_calibration", "register_preset", "examples_hash"]
 
 REGISTRY = "_registry.json"
 PARAMS = ("label_mode", "threshold", "debias", "calibration")  # the params answer_preset accepts
@@ -124,6 +124,8 @@ class PresetCalibration(TypeCalibration):
     labels: QuestionLabels = Field(description="label mode the question was read with (resolved: names/letters/mixture)")
     debias: Debias = "none"
     wording: str = "default"
+    examples: str | None = Field(None, description="examples_hash of the few-shot examples the fit asked with "
+                                                   "(None: fitted without examples); must be the preset's own")
     content_free_state: str | None = Field(None, description="the state p_cf was read for (contextual only)")
     content_free: list[float] | None = Field(None, description="p_cf in option order (contextual only), all > 0")
     fitted: PresetFit | None = None
@@ -179,13 +181,16 @@ class Preset(BaseModel):
 
     @model_validator(mode="after")
     def _calibrations_fit_the_question(self) -> Preset:
-        if self.calibration and self.examples:
-            # `calibrate --preset` asks without the examples, so its fit would not match these answers
-            raise ValueError("calibration: a preset with examples cannot carry calibrations yet (they are "
-                             "fitted without the examples, so they would not match its answers)")
+        own = examples_hash(self.examples)
         for model, cal in (self.calibration or {}).items():
             if not model:
                 raise ValueError("calibration: model names must be non-empty")
+            if cal.examples != own:
+                # the preset's answers are read after its examples: a fit read otherwise would not match them
+                fitted = f"with examples {cal.examples}" if cal.examples else "without examples"
+                has = f"has examples {own}" if own else "has none"
+                raise ValueError(f"calibration.{model}.examples: fitted {fitted}, but the preset {has}; refit with "
+                                 f"typed-decisions calibrate --preset FILE --to-preset FILE")
             if cal.content_free is not None and len(cal.content_free) != len(self.question.options):
                 raise ValueError(f"calibration.{model}.content_free has {len(cal.content_free)} entries; "
                                  f"the question has {len(self.question.options)} options")
@@ -201,6 +206,22 @@ class Preset(BaseModel):
         q = self.question.model_dump()
         q["options"] = [{"name": o["name"], "description": o["description"]} for o in q["options"]]
         return QuestionSpec.model_validate(q)
+
+
+def examples_hash(examples: Sequence[PresetExample]) -> str | None:
+    """Short sha256 of a preset's few-shot examples (states and answers, in order); None for none.
+    A calibration records the examples it was fitted with, so a preset whose examples change
+    cannot keep a fit read after other ones.
+
+    >>> examples_hash([]) is None
+    True
+    >>> a = [PresetExample(state="Win cash now", answer="yes")]
+    >>> examples_hash(a) == examples_hash(list(a)), examples_hash(a) == examples_hash([PresetExample(state="Win", answer="yes")])
+    (True, False)
+    """
+    if not examples:
+        return None
+    return "sha256:" + json_sha256({"examples": [ex.model_dump(mode="json") for ex in examples]})[:16]
 
 
 def content_hash(data: Mapping[str, Any]) -> str:
