@@ -22,8 +22,8 @@ from ..wording import WORDINGS
 from ..errors import InvalidRequestError, TypedDecisionsError
 from .datasets import get_spec, load_dataset, rows_for
 from .fitting import calibration_fit
-from .presets import (DeciderSettings, PresetCalibration, PresetFit, answer_preset, content_hash, examples_hash,
-                      list_presets, load_preset, preset_file, register_preset, with_calibration)
+from .presets import (DeciderSettings, Preset, PresetCalibration, PresetFit, answer_preset, content_hash,
+                      examples_hash, list_presets, load_preset, preset_file, register_preset, with_calibration)
 from .run import MATPLOTLIB_HINT, collect_probabilities, content_free_probabilities, evaluate, plot_reliability
 from .spec import QuestionSpec, shot_rows
 
@@ -227,8 +227,9 @@ def main_calibrate(argv: list[str]) -> int:
         raise TypedDecisionsError(f"need rows in both splits, got {len(fit_rows)} calibration and {len(test_rows)} test")
     # A preset with few-shot examples answers after them: its calibration is fitted (and reported)
     # on answers read after the same examples, and never on the example rows themselves.
-    preset_examples = load_preset(args.preset).examples if args.preset else []
-    examples = load_preset(args.preset).wire_examples() if preset_examples else None
+    preset = load_preset(args.preset) if args.preset else None
+    preset_examples = preset.examples if preset is not None else []
+    examples = preset.wire_examples() if preset is not None and preset_examples else None
     if preset_examples:
         shown = [ex.state for ex in preset_examples]
         fit_rows = [r for n, r in enumerate(fit_rows) if spec.state(r, n) not in shown]
@@ -268,7 +269,8 @@ def main_calibrate(argv: list[str]) -> int:
     if args.out is not None:
         print(f"wrote {args.out}: {spec.type} = {chosen}")
     if args.to_preset is not None:
-        _write_preset_calibration(args, argv, DeciderSettings.of(decider).key, fit, chosen, len(fit_rows),
+        assert preset is not None  # --to-preset needs --preset (checked above)
+        _write_preset_calibration(args, argv, preset, DeciderSettings.of(decider).key, fit, chosen, len(fit_rows),
                                   len(test_rows), src)
     if args.report:
         args.report.write_text(json.dumps({**meta, "model": decider.name, "question": spec.model_dump(),
@@ -279,10 +281,9 @@ def main_calibrate(argv: list[str]) -> int:
     return 0
 
 
-def _write_preset_calibration(args: argparse.Namespace, argv: list[str], model: str, fit: Mapping[str, Any],
-                              chosen: str, fit_n: int, test_n: int, src: str | None) -> None:
+def _write_preset_calibration(args: argparse.Namespace, argv: list[str], preset: Preset, model: str,
+                              fit: Mapping[str, Any], chosen: str, fit_n: int, test_n: int, src: str | None) -> None:
     """``calibrate --to-preset``: the preset's JSON with the chosen variant as its entry for ``model``."""
-    preset = load_preset(args.preset)
     spec = preset.question_spec()
     v, none = fit["variants"][chosen], fit["variants"]["none"]
     cal = PresetCalibration(
