@@ -5,7 +5,8 @@ bench's W1 warm-up (which caches the chat head), in the label mode given.
     python benchmarks/w5_invariance.py --model EXPORT_DIR [--tickets 1,3,5,7,9,11,13,15] [--labels names]
 
 Prints one JSON object: per ticket the largest |difference| of any probability, and the maximum.
-The default tickets reproduce what the HTTP W5 run found on Zen 5 (2026-12-03, docs/benchmarks.md):
+The default tickets reproduce what the HTTP W5 run found on Zen 5 (2026-12-03, docs/benchmarks.md)
+before requests shared only whole segments (docs/METHOD.md; now 0.0 for every ticket):
 with INT8, the tickets whose states share a first token run with another state of the batch
 ("Ticket #1." and "Ticket #11.") differ from their lone answers by ~0.02-0.03; float32 by ~1e-7.
 """

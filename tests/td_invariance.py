@@ -66,9 +66,23 @@ def deviations(d: Decider, url: str | None = None) -> dict[str, float]:
         "batched, with the cache warm": lambda: d.run_many([request(B), request(A), request(C)])[1],
     }
     out = {name: float(np.abs(vector(way()) - alone).max()) for name, way in ways.items()}
+    out["long states that begin alike, batched (worst of four)"] = max(begin_alike(d).values())
     if url is not None:
         out["HTTP, 16 concurrent clients"] = max(float(np.abs(vector(a) - alone).max()) for a in http_answers(url, d.name))
     return out
+
+
+def begin_alike(d: Decider) -> dict[str, float]:
+    """max |dp| per state of four ~250-token tickets in one call (template head cached) against
+    each alone from a cold engine. Three begin with the same tokens ("Ticket #1" of "Ticket #11."
+    and "Ticket #12."): W5 over HTTP on Zen 5 found such states cut where they part, each into two
+    blocks, which moved INT8 answers by 0.02-0.06 (docs/METHOD.md, "One answer per request")."""
+    states = [f"Ticket #{k}. " + " ".join([s, B, C, A] * 3) for k, s in [(1, A), (11, C), (12, B), (2, A)]]
+    d.engine.clear_cache()
+    alone = [vector(d.run_many([request(s)], use_cache=False)[0]) for s in states]
+    d.run(request(B))  # caches the template head, as any earlier request does
+    together = d.run_many([request(s) for s in states])
+    return {s[:11]: float(np.abs(vector(t) - a).max()) for s, t, a in zip(states, together, alone)}
 
 
 def http_answers(url: str, model: str, clients: int = 16) -> list[dict[str, Any]]:

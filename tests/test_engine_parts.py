@@ -42,13 +42,14 @@ def test_stack_paths_concatenates_segments_and_right_pads_with_masked_zeros():
 
 def _shape(node) -> tuple:
     """(edge tokens, query indices, children's shapes in first-token order), recursively."""
-    order = sorted(node.children, key=lambda k: (k[1], -1 if k[0] is None else k[0]))  # (owner, first token)
-    return (node.tokens, sorted(node.queries), [_shape(node.children[k]) for k in order])
+    order = sorted(node.children.values(), key=lambda c: (c.tokens, -1 if c.owner is None else c.owner))
+    return (node.tokens, sorted(node.queries), [_shape(c) for c in order])
 
 
 def _check_parents(node) -> None:
     for child in node.children.values():
-        assert child.parent is node and node.children[(child.owner, child.tokens[0])] is child
+        key = (None, child.tokens) if child.owner is None else (child.owner, child.tokens[0])  # shared: whole segment
+        assert child.parent is node and node.children[key] is child
         _check_parents(child)
 
 
@@ -95,7 +96,7 @@ def test_owners_share_nodes_up_to_their_cache_point_and_keep_the_rest():
     state is one shared node, each request gets its own copy of the question; a third context of
     owner 0 shares owner 0's edge. Without owners, identical contexts share everything."""
     contexts = [(1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 5)]
-    root = build_radix_tree(contexts, checkpoints=[(2,)] * 3, owners=[0, 1, 0], owned_from=[2, 2, 2])
+    root = build_radix_tree(contexts, checkpoints=[(2,)] * 3, owners=[0, 1, 0], shared_cuts=[(2,)] * 3)
     (state,) = root.children.values()
     assert state.tokens == (1, 2) and state.owner is None and state.checkpoint
     mine, theirs = sorted(state.children.values(), key=lambda c: c.owner)
@@ -117,3 +118,26 @@ def test_checkpoints_split_edges_and_mark_nodes():
     assert head.checkpoint and state.checkpoint and not any(c.checkpoint for c in state.children.values())
     assert state.start == 2 and state.prefix() == (1, 2, 3)
     _check_parents(root)
+
+
+def test_owners_share_only_whole_segments_between_their_cuts():
+    """Owners 0 and 1 share the head (1, 2) and nothing of states (3, 4) and (3, 5) that merely
+    begin alike; owner 2's state (3, 4) is owner 0's whole segment, so it is shared. Without owners
+    the two states would share their first token (3,)."""
+    contexts = [(1, 2, 3, 4, 7), (1, 2, 3, 5, 7), (1, 2, 3, 4, 8)]
+    cuts = [(2, 4)] * 3
+    root = build_radix_tree(contexts, checkpoints=cuts, owners=[0, 1, 2], shared_cuts=cuts)
+    (head,) = root.children.values()
+    assert head.tokens == (1, 2) and head.owner is None and head.checkpoint
+    states = sorted(head.children.values(), key=lambda c: c.tokens)
+    assert [(s.tokens, s.owner, s.checkpoint) for s in states] == [((3, 4), None, True), ((3, 5), None, True)]
+    assert sorted((c.owner, c.tokens) for c in states[0].children.values()) == [(0, (7,)), (2, (8,))]
+    _check_parents(root)
+    assert _ends(root, {}) == dict(enumerate(contexts))
+    plain = build_radix_tree(contexts, checkpoints=cuts)
+    assert [c.tokens for c in next(iter(plain.children.values())).children.values()] == [(3,)]
+
+
+def test_a_checkpoint_inside_a_shared_segment_is_refused():
+    with pytest.raises(ValueError, match="checkpoint 3 of context 0 falls inside a shared segment"):
+        build_radix_tree([(1, 2, 3, 4)], checkpoints=[(3,)], owners=[0], shared_cuts=[(2, 4)])

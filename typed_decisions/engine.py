@@ -120,7 +120,8 @@ class _Node:
     tokens: tuple[int, ...]                 # the edge from the parent
     parent: _Node | None
     owner: int | None = None                 # whose contexts this edge serves; None: shared by owners
-    children: dict[tuple[int | None, int], _Node] = field(default_factory=dict)  # (owner, first token)
+    # (owner, first token) for an owner's edge, (None, all its tokens) for a shared segment:
+    children: dict[tuple[int | None, int | tuple[int, ...]], _Node] = field(default_factory=dict)
     queries: list[int] = field(default_factory=list)  # indices of contexts ending here
     checkpoint: bool = False                 # the prefix ending here is worth caching across calls
     # Filled in by the engine:
@@ -185,21 +186,40 @@ def _insert(node: _Node, ctx: tuple[int, ...], owner: int | None) -> _Node:
     return node
 
 
+def _share(node: _Node, segment: tuple[int, ...]) -> _Node:
+    """The shared child of ``node`` whose edge is exactly ``segment`` (added if missing). Shared
+    segments are keyed by all their tokens and never split: two segments that merely begin alike
+    are two nodes."""
+    key = (None, segment)
+    child = node.children.get(key)
+    if child is None:
+        child = node.children[key] = _Node(segment, node, owner=None)
+    return child
+
+
+def _cuts(points: Sequence[int], length: int) -> list[int]:
+    return sorted({int(p) for p in points if 0 < p <= length})
+
+
 def build_radix_tree(contexts: Sequence[Sequence[int]],
                      checkpoints: Sequence[Sequence[int]] = (),
                      owners: Sequence[int] | None = None,
-                     owned_from: Sequence[int] = ()) -> _Node:
+                     shared_cuts: Sequence[Sequence[int]] = ()) -> _Node:
     """Compressed trie of the contexts under an empty root: contexts sharing a prefix share the
     nodes of that prefix (a request's state is one node, its questions' suffixes its children).
 
     ``checkpoints[i]`` are prefix lengths of context i worth caching: each becomes a node
     boundary (an edge is split there) marked ``checkpoint``.
 
-    ``owners[i]`` says whose context i is (the Decider: its request), and ``owned_from[i]`` where
-    its own part begins (the request's last cache point): tokens before it are shared with any
-    context, tokens after it only with contexts of the same owner. So the subtree below a request's
-    state is the same whatever else shares the call — tree blocks (``Engine._pack``) lay it out as
-    if the request came alone. Without owners every context belongs to one owner (0) throughout.
+    ``owners[i]`` says whose context i is (the Decider: its request) and ``shared_cuts[i]`` where
+    it may be shared with other owners' contexts (the request's cache points: the end of the chat
+    head, of the state). Up to its last cut a context is a chain of whole segments, each shared
+    only with a context that has the very same segment after the very same segments; after it,
+    tokens are shared only with contexts of the same owner. So a request's nodes are the same
+    whatever else shares the call — a state is never cut where it happens to begin like another
+    request's state — and tree blocks (``Engine._pack``) lay them out as if it came alone. Every
+    checkpoint of an owned context must be one of its cuts. Without owners every context belongs
+    to one owner (0) and shares any common prefix, token by token.
 
     >>> root = build_radix_tree([(1, 2, 3), (1, 2, 4, 5), (1, 2, 4, 6)])
     >>> (shared,) = root.children.values()
@@ -209,31 +229,42 @@ def build_radix_tree(contexts: Sequence[Sequence[int]],
     >>> (head,) = root.children.values()
     >>> head.tokens, head.checkpoint, [c.tokens for c in head.children.values()]
     ((1,), True, [(2,)])
-    >>> root = build_radix_tree([(1, 2, 3), (1, 2, 3)], owners=[0, 1], owned_from=[2, 2])
+    >>> root = build_radix_tree([(1, 2, 3), (1, 2, 3)], owners=[0, 1], shared_cuts=[(2,), (2,)])
     >>> (state,) = root.children.values()
     >>> state.tokens, state.owner, sorted((c.owner, c.tokens) for c in state.children.values())
     ((1, 2), None, [(0, (3,)), (1, (3,))])
+    >>> root = build_radix_tree([(1, 2, 3), (1, 2, 4, 3)], owners=[0, 1], shared_cuts=[(2,), (3,)])
+    >>> sorted(c.tokens for c in root.children.values())   # states (1, 2) and (1, 2, 4): two nodes
+    [(1, 2), (1, 2, 4)]
     """
-    if owners is None:
-        owners, owned_from = [0] * len(contexts), [0] * len(contexts)
     root = _Node((), None)
-    for q, (ctx, owner, split) in enumerate(zip(contexts, owners, owned_from)):
-        ctx = tuple(ctx)
-        shared = _insert(root, ctx[:split], None)
-        _insert(shared, ctx[split:], owner).queries.append(q)
-    for ctx, points, owner, split in zip(contexts, checkpoints, owners, owned_from):
-        for p in points:
-            if 0 < p <= len(ctx):
-                _mark(root, tuple(ctx), p, owner, split)
+    segments: list[dict[int, _Node]] = []  # per context: its shared nodes by where they end
+    for q, ctx in enumerate(map(tuple, contexts)):
+        node, at, mine = root, 0, {0: root}
+        if owners is not None:
+            for cut in _cuts(shared_cuts[q], len(ctx)):
+                node, at = _share(node, ctx[at:cut]), cut
+                mine[cut] = node
+        segments.append(mine)
+        _insert(node, ctx[at:], 0 if owners is None else owners[q]).queries.append(q)
+    for q, (ctx, points) in enumerate(zip(map(tuple, contexts), checkpoints)):
+        mine, split = segments[q], max(segments[q])
+        for p in _cuts(points, len(ctx)):
+            if p > split:
+                _mark(mine[split], ctx, split, p, 0 if owners is None else owners[q])
+            elif p in mine:
+                mine[p].checkpoint = True
+            else:
+                raise ValueError(f"checkpoint {p} of context {q} falls inside a shared segment: "
+                                 f"it must be one of the context's shared_cuts")
     return root
 
 
-def _mark(root: _Node, ctx: tuple[int, ...], p: int, owner: int, split: int) -> None:
-    """Make position p of ``ctx`` (of ``owner``, shared before ``split``) a node boundary and mark
-    that node a checkpoint."""
-    node, end = root, 0
+def _mark(node: _Node, ctx: tuple[int, ...], end: int, p: int, owner: int) -> None:
+    """Make position p of ``ctx`` (of ``owner``, below ``node`` whose edge ends at ``end``) a node
+    boundary and mark that node a checkpoint."""
     while end < p:
-        node = node.children[(None if end < split else owner, ctx[end])]
+        node = node.children[(owner, ctx[end])]
         end += len(node.tokens)
     if end > p:  # p falls inside this edge: split it
         node = _split(node, len(node.tokens) - (end - p))
@@ -488,8 +519,7 @@ class Engine:
 
         per_context = bool(cache_points) and not isinstance(cache_points[0], (int, np.integer))
         points = cache_points if per_context else [cache_points] * len(contexts)
-        owned_from = [max(p, default=0) for p in points] if owners is not None else ()
-        root = build_radix_tree(contexts, points if use_cache else (), owners, owned_from)
+        root = build_radix_tree(contexts, points if use_cache else (), owners, points)
         if use_cache:
             self._restore(root)
         todo = self._plan(root)
