@@ -2,7 +2,8 @@
 
 A cached export lives in `typed_decisions.models.cache_dir() / "exports" / "test-<key>-<hash>"`,
 where the hash covers the exporter's sources: change the exporter and the next run re-exports,
-and the copies made by older exporters are deleted (they are ~0.6 GB each).
+and the copies made by other exporter versions are deleted (they are ~0.6 GB each) once unused for
+STALE_AFTER_S: another checkout's test run may be reading one right now (each use touches it).
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import hashlib
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 # Subpackages of typed_decisions_export that never run while these exports are made (the
 # adopter rewrites someone else's ONNX): editing them must not re-export every test model.
 NOT_EXPORTER = {"adopt"}
+STALE_AFTER_S = 6 * 3600  # a copy for another exporter version is deleted after this long unused
 
 
 def export_code_hash() -> str:
@@ -38,10 +41,11 @@ def cached_export(key: str, build) -> Path:
 
     final = cache_dir() / "exports" / f"test-{key}-{export_code_hash()}"
     if (final / "manifest.json").is_file():
+        os.utime(final)  # in use: not stale for another checkout's run
         return final
     stale = re.compile(rf"test-{re.escape(key)}-[0-9a-f]{{12}}")
     for old in final.parent.glob(f"test-{key}-*"):
-        if old != final and stale.fullmatch(old.name):
+        if old != final and stale.fullmatch(old.name) and time.time() - old.stat().st_mtime > STALE_AFTER_S:
             shutil.rmtree(old, ignore_errors=True)
     work = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     shutil.rmtree(work, ignore_errors=True)

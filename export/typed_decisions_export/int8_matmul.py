@@ -4,10 +4,13 @@ Every MatMul with a constant 2-D float weight becomes, by default,
 
     sx = max_k |X[..., k]| / 127                one scale per token (row), shape (..., 1)
     Xq = Cast<uint8>(Round(X / sx) + 128)       in [1, 255]; shared by the MatMuls reading X
-    Y  = Cast<float>(MatMulInteger(Xq, Wq int8 (K, N), 128, 0)) * sw (N,) * sx
+    Y  = MatMulIntegerToFloat(Xq, Wq int8 (K, N), sx, sw (N,), 128, 0)
+       = float(sum_k (Xq - 128) Wq) * sw * sx
 
 with symmetric 8-bit weights per output column (`sw = max|W[:, n]| / 127`, `Wq = rint(W / sw)` in
-[-127, 127], stored int8).
+[-127, 127], stored int8). MatMulIntegerToFloat (ONNX Runtime's contrib op) multiplies the int32
+sums by sw in its GEMM's output stage and then by sx: the numbers of MatMulInteger, Cast, Mul(sw),
+Mul(sx) to the bit, without writing and re-reading three (tokens x N) tensors in between.
 Two properties follow, and the tests hold the graph to both:
 
 - *row independence*: a token's output depends on its own activations only, so a prompt's answer
@@ -43,6 +46,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+MS_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib ops (MatMulIntegerToFloat)
 _ALIGN = 4096  # page-aligned offsets let ONNX Runtime memory-map the external data
 _COPY_CHUNK = 64 << 20
 
@@ -284,17 +288,13 @@ class _QuantizedGraph:
         if split:
             x, y = f"{x}_int_part", f"{tag}_int_part"
         xq, sx, zx = self.per_token(x) if per_token else self.per_tensor(x)
-        self.nodes += [
-            h.make_node("MatMulInteger", [xq, wq_name, zx, zw_name], [f"{tag}_int32"], f"{tag}_quant"),
-            h.make_node("Cast", [f"{tag}_int32"], [f"{tag}_float"], f"{tag}_cast", to=T.FLOAT),
-        ]
-        if per_token:  # sx is (..., 1): column scales, then row scales
-            self.nodes += [
-                h.make_node("Mul", [f"{tag}_float", sw_name], [f"{tag}_colscaled"], f"{tag}_rescale_cols"),
-                h.make_node("Mul", [f"{tag}_colscaled", sx], [y], f"{tag}_rescale"),
-            ]
+        if per_token:  # one kernel: int32 products * sw (N,) in the GEMM's epilogue, then * sx (..., 1)
+            self.nodes.append(h.make_node("MatMulIntegerToFloat", [xq, wq_name, sx, sw_name, zx, zw_name], [y],
+                                          f"{tag}_quant", domain=MS_DOMAIN))
         else:  # the pattern ONNX Runtime fuses into MatMulIntegerToFloat
             self.nodes += [
+                h.make_node("MatMulInteger", [xq, wq_name, zx, zw_name], [f"{tag}_int32"], f"{tag}_quant"),
+                h.make_node("Cast", [f"{tag}_int32"], [f"{tag}_float"], f"{tag}_cast", to=T.FLOAT),
                 h.make_node("Mul", [sx, sw_name], [f"{tag}_scales"], f"{tag}_scales_mul"),
                 h.make_node("Mul", [f"{tag}_float", f"{tag}_scales"], [y], f"{tag}_rescale"),
             ]
@@ -419,6 +419,8 @@ def quantize_matmuls(
     graph.node.extend(out.nodes)
     del graph.initializer[:]
     graph.initializer.extend(kept + out.inits)
+    if per_token and count and not any(o.domain == MS_DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     onnx.save(model, str(dst))
     return count
 
@@ -449,9 +451,10 @@ def write_u8u8_graph(src: Path, dst: Path) -> int:
     int8_weights = {n for n, t in inits.items() if t.data_type == TensorProto.INT8 and len(t.dims) == 2}
     prelude, rewritten, zero_points = [], {}, {}
     for node in graph.node:
-        if node.op_type != "MatMulInteger" or len(node.input) < 4 or node.input[1] not in int8_weights:
+        zp_at = {"MatMulInteger": 3, "MatMulIntegerToFloat": 5}.get(node.op_type)
+        if zp_at is None or len(node.input) <= zp_at or node.input[1] not in int8_weights:
             continue
-        w, zp = node.input[1], inits[node.input[3]]
+        w, zp = node.input[1], inits[node.input[zp_at]]
         if w not in rewritten:
             rewritten[w] = f"{w}_u8"
             prelude += [
@@ -461,9 +464,9 @@ def write_u8u8_graph(src: Path, dst: Path) -> int:
         if zp.name not in zero_points:
             zero_points[zp.name] = helper.make_tensor(f"{zp.name}_u8", TensorProto.UINT8, list(zp.dims),
                                                       np.full(tuple(zp.dims), 128, np.uint8).tobytes(), raw=True)
-        node.input[1], node.input[3] = rewritten[w], zero_points[zp.name].name
+        node.input[1], node.input[zp_at] = rewritten[w], zero_points[zp.name].name
     if not rewritten:
-        raise ValueError(f"{src}: no MatMulInteger with an int8 weight to rewrite")
+        raise ValueError(f"{src}: no MatMulInteger(ToFloat) with an int8 weight to rewrite")
     nodes = prelude + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)

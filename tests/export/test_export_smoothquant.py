@@ -166,6 +166,60 @@ def test_per_token_activation_quantization_matches_numpy(tmp_path):
     assert 0 < np.abs(out - ref).max() <= 0.05 * np.abs(ref).max()
 
 
+def _unfused(src, dst) -> int:
+    """The per-token graph with each MatMulIntegerToFloat spelled out as MatMulInteger, Cast,
+    Mul(sw), Mul(sx): the four ops the fused kernel replaces (the oracle of the next test)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(src))
+    nodes, count = [], 0
+    for n in model.graph.node:
+        if n.op_type != "MatMulIntegerToFloat":
+            nodes.append(n)
+            continue
+        xq, wq, sx, sw, zx, zw = n.input
+        t = n.name
+        nodes += [helper.make_node("MatMulInteger", [xq, wq, zx, zw], [f"{t}_i32"], f"{t}_mmi"),
+                  helper.make_node("Cast", [f"{t}_i32"], [f"{t}_f"], f"{t}_cast", to=TensorProto.FLOAT),
+                  helper.make_node("Mul", [f"{t}_f", sw], [f"{t}_cols"], f"{t}_cols"),
+                  helper.make_node("Mul", [f"{t}_cols", sx], [n.output[0]], f"{t}_rows")]
+        count += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    onnx.save(model, str(dst))
+    return count
+
+
+@pytest.mark.parametrize("rows", [(1, 1), (1, 7), (3, 5)])
+def test_fused_kernel_gives_the_unfused_numbers_to_the_bit(tmp_path, rows):
+    """Each per-token MatMul is one MatMulIntegerToFloat (column scales in the GEMM's output stage,
+    then the (..., 1) row scales): bit for bit what MatMulInteger, Cast, Mul(sw), Mul(sx) give, for a
+    single token (a (1, 1, 1) row scale must not be taken for a scalar), one row and a batch — in
+    both graphs an export writes (u8*s8, and the u8*u8 twin CPUs without VNNI run)."""
+    import onnx
+
+    from typed_decisions_export.int8_matmul import IntegerFormat, write_u8u8_graph
+
+    _mlp_graph(tmp_path / "m.onnx")
+    assert quantize_matmuls(tmp_path / "m.onnx", tmp_path / "q.onnx", exclude=set(), fmt=IntegerFormat(127, 127),
+                            log=lambda m: None) == 3
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "q.onnx"), load_external_data=False).graph.node]
+    assert ops.count("MatMulIntegerToFloat") == 3 and "MatMulInteger" not in ops and "Cast" in ops  # Cast: the activations'
+    assert _unfused(tmp_path / "q.onnx", tmp_path / "u.onnx") == 3
+    assert write_u8u8_graph(tmp_path / "q.onnx", tmp_path / "q.u8u8.onnx") == 3
+    assert write_u8u8_graph(tmp_path / "u.onnx", tmp_path / "u.u8u8.onnx") == 3
+    h = np.random.default_rng(7).normal(size=(*rows, HIDDEN)).astype(np.float32)
+    h[..., 0, 1] *= 40.0
+    fused, unfused = _run(tmp_path / "q.onnx", h), _run(tmp_path / "u.onnx", h)
+    np.testing.assert_array_equal(fused, unfused)
+    np.testing.assert_array_equal(_run(tmp_path / "q.u8u8.onnx", h), _run(tmp_path / "u.u8u8.onnx", h))
+    from typed_decisions.cpu import cpu_class
+
+    if cpu_class() != "avx2":  # where the u8*s8 kernel is exact, both graphs give the same numbers
+        np.testing.assert_array_equal(_run(tmp_path / "q.u8u8.onnx", h), fused)
+
+
 def test_float32_channels_are_taken_out_of_the_integers(tmp_path):
     """float_channels: the listed channels of down_proj's input are multiplied in float32 by their
     weight rows; the rest is quantized per token without them (their rows are zero in the integer
