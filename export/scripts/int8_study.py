@@ -97,7 +97,8 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
         norms = "norms" in rest
         fcd = next((int(r[3:]) for r in rest if r.startswith("fcd")), 0)  # down_proj inputs: float32 channels
         fcn = next((int(r[3:]) for r in rest if r.startswith("fcn")), 0)  # inputs after each RMSNorm
-        rest = [r for r in rest if r != "norms" and not r.startswith("fc")]
+        lvl2 = "lvl2" in rest  # down_proj inputs as two per-token levels (two integer GEMMs)
+        rest = [r for r in rest if r not in ("norms", "lvl2") and not r.startswith("fc")]
         activations = f"per_{rest[0]}" if rest else "per_token"
         fmt = FORMATS[rest[1]] if len(rest) > 1 else FORMATS["a7w8"]
         qm.smoothing_vector = plain_sv
@@ -117,8 +118,10 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
         if fcn:
             for t in qm._norm_sites(src):
                 channels[t["x"]] = qm.float_channels(absmax[t["x"]] * rows.get(t["gamma"], 1.0), fcn)
+        two_level = {p["x"] for p in qm._smoothing_pairs(src)[0]} if lvl2 else set()
         quantize_matmuls(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols,
-                         activations=activations, fmt=fmt, float_channels=channels, log=lambda m: None)
+                         activations=activations, fmt=fmt, float_channels=channels, two_level=two_level,
+                         log=lambda m: None)
         graph = work / "m.onnx"
         if fmt is TOKEN_FORMAT and cpu_class() not in EXACT_CLASSES:
             # 8-bit weights saturate the u8·s8 kernel here: run the u8·u8 twin the runtime would load

@@ -1,5 +1,5 @@
 """Command line: `typed-decisions-export SOURCE --out DIR [--quantize int8 [--smooth ALPHA|off]
-[--keep-float N] [--activations token|tensor] [--weight-bits 7|8]] [--name NAME] [--force]`.
+[--keep-float N] [--activations token|tensor] [--weight-bits 7|8] [--down-levels 1|2]] [--name NAME] [--force]`.
 
 The runtime's `typed-decisions export ...` forwards its arguments here (`main(argv_after_export)`).
 """
@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="INT8: weight levels per column, 8 (127 each side; CPUs without VNNI/AMX run a u8*u8 graph of the "
              "same weights) or 7 (63: one graph, more drift) (default: %d)" % Int8Options.weight_bits,
     )
+    parser.add_argument(
+        "--down-levels", type=int, choices=[1, 2], default=None,
+        help="INT8 with --smooth: quantize each down_proj input as 1 or 2 per-token levels (2: ~15 bits, two "
+             "integer GEMMs per down_proj, drift close to float32 down_proj) (default: %d)" % Int8Options.down_levels,
+    )
     parser.add_argument("--name", default=None, help="model name recorded in the manifest")
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (>= 18)")
     parser.add_argument("--force", action="store_true", help="keep INT8 even when its drift exceeds the threshold")
@@ -75,6 +80,8 @@ def int8_options(args: argparse.Namespace) -> Int8Options | None:
         given["activations"] = f"per_{args.activations}"
     if args.weight_bits is not None:
         given["weight_bits"] = args.weight_bits
+    if args.down_levels is not None:
+        given["down_levels"] = args.down_levels
     return Int8Options(**given) if given else None
 
 

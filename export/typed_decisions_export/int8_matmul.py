@@ -200,6 +200,7 @@ class _QuantizedGraph:
         self.inits: list[Any] = []
         self._inputs: dict[str, tuple[str, str, str]] = {}
         self._float_parts: dict[str, str] = {}  # x -> x[..., channels] for inputs with float32 channels
+        self.two_level: set[str] = set()  # inputs quantized as two per-token levels (two_levels)
         self._constants_added = False
         self._helper, self._T = helper, TensorProto
 
@@ -267,6 +268,22 @@ class _QuantizedGraph:
         self._inputs[x] = names
         return names
 
+    def two_levels(self, x: str) -> list[tuple[str, str, str]]:
+        """x as two per-token levels, x ~ s1 q1 + s2 q2: the first is `per_token(x)`, the second
+        quantizes what the first missed, r = x - s1 Round(x / s1), with its own scale per token
+        (|r| <= s1 / 2, so s2 ~ s1 / 254: about 15 bits per token in all). Every MatMul reading x
+        then runs two integer GEMMs and adds them. For inputs whose tokens hold a few huge channels
+        (down_proj's): one level leaves the other channels a handful of levels."""
+        first = self.per_token(x)
+        h, t = self._helper, f"{x}_tok"
+        r = f"{x}_remainder"
+        if r not in self._inputs:
+            self.nodes += [
+                h.make_node("Mul", [f"{t}_rounded", first[1]], [f"{t}_level1"], f"{t}_level1"),
+                h.make_node("Sub", [x, f"{t}_level1"], [r], f"{t}_remainder"),
+            ]
+        return [first, self.per_token(r)]
+
     def per_tensor(self, x: str) -> tuple[str, str, str]:
         """(xq uint8, sx scalar, zx scalar): ONNX's DynamicQuantizeLinear, one asymmetric scale for
         the whole tensor of one run (what quantize_dynamic emits; depends on batch-mates)."""
@@ -287,11 +304,18 @@ class _QuantizedGraph:
             raise ValueError(f"{tag}: float32 channels of {x} and float32 weight rows go together")
         if split:
             x, y = f"{x}_int_part", f"{tag}_int_part"
-        xq, sx, zx = self.per_token(x) if per_token else self.per_tensor(x)
-        if per_token:  # one kernel: int32 products * sw (N,) in the GEMM's epilogue, then * sx (..., 1)
+        if per_token and node.input[0] in self.two_level:  # two GEMMs, one per level, added
+            levels = self.two_levels(x)
+            for i, (xq, sx, zx) in enumerate(levels):
+                self.nodes.append(h.make_node("MatMulIntegerToFloat", [xq, wq_name, sx, sw_name, zx, zw_name],
+                                              [f"{tag}_level{i + 1}"], f"{tag}_quant{i + 1}", domain=MS_DOMAIN))
+            self.nodes.append(h.make_node("Add", [f"{tag}_level1", f"{tag}_level2"], [y], f"{tag}_levels_add"))
+        elif per_token:  # one kernel: int32 products * sw (N,) in the GEMM's epilogue, then * sx (..., 1)
+            xq, sx, zx = self.per_token(x)
             self.nodes.append(h.make_node("MatMulIntegerToFloat", [xq, wq_name, sx, sw_name, zx, zw_name], [y],
                                           f"{tag}_quant", domain=MS_DOMAIN))
         else:  # the pattern ONNX Runtime fuses into MatMulIntegerToFloat
+            xq, sx, zx = self.per_tensor(x)
             self.nodes += [
                 h.make_node("MatMulInteger", [xq, wq_name, zx, zw_name], [f"{tag}_int32"], f"{tag}_quant"),
                 h.make_node("Cast", [f"{tag}_int32"], [f"{tag}_float"], f"{tag}_cast", to=T.FLOAT),
@@ -315,6 +339,7 @@ def quantize_matmuls(
     activations: str = "per_token",
     fmt: IntegerFormat = TOKEN_FORMAT,
     float_channels: dict[str, np.ndarray] | None = None,
+    two_level: set[str] | None = None,
     log=print,
 ) -> int:
     """Write `dst` (+ `dst.data`): `src` with every constant-weight 2-D MatMul not in `exclude`
@@ -335,7 +360,11 @@ def quantize_matmuls(
     `float_channels` (activation tensor name -> channel indices) keeps those channels of that
     input out of the integers of every MatMul reading it: they are multiplied in float32 by their
     weight rows and added (`_QuantizedGraph.split_channels`), LLM.int8()'s decomposition with the
-    outlier channels fixed at calibration. Per token only."""
+    outlier channels fixed at calibration. Per token only.
+
+    `two_level` (activation tensor names): those inputs are quantized as two per-token levels
+    (`_QuantizedGraph.two_levels`, ~15 bits), each MatMul reading them running two integer GEMMs.
+    Per token only."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -345,6 +374,8 @@ def quantize_matmuls(
     float_channels = {x: np.unique(np.asarray(c, np.int64)) for x, c in (float_channels or {}).items() if len(c)}
     if float_channels and not per_token:
         raise ValueError("float32 channels are kept only with per-token activations")
+    if two_level and not per_token:
+        raise ValueError("two-level activations are per token only")
     model = onnx.load(str(src), load_external_data=False)
     graph, base = model.graph, src.parent
     inits = {t.name: t for t in graph.initializer}
@@ -371,6 +402,7 @@ def quantize_matmuls(
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
     out = _QuantizedGraph(opset, fmt)
+    out.two_level = set(two_level or ())
     weight_levels = fmt.weight_levels if per_token else 127
     data_name = dst.name + ".data"
     dropped, count = set(), 0

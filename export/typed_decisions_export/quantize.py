@@ -88,6 +88,7 @@ SMOOTH_TARGET, SMOOTH_SOURCE = "down_proj", "up_proj"
 SMOOTH_DEFAULT: float | None = None  # alpha used when quantize_export is not told (None: down_proj float32)
 SMOOTH_KEEP_FLOAT_DEFAULT = 0  # with smoothing: down_proj MatMuls left float32, largest inputs first
 SMOOTH_NORMS_DEFAULT = False  # with smoothing: also smooth the inputs after each RMSNorm (q/k/v, gate/up)
+DOWN_LEVELS_DEFAULT = 1  # with smoothing: per-token levels of each quantized down_proj input (2: two GEMMs)
 WEIGHT_BITS_DEFAULT = 8  # per-token weights: 127 levels (u8·u8 graph where u8·s8 saturates) rather than 63
 LOAD_CHECK_PROBES = 2  # probes the runtime re-runs at load on a CPU class other than the one measured
 SMOOTH_CLIP = (1e-5, 1e5)
@@ -484,6 +485,9 @@ class Int8Options:
     weight_bits: per-token INT8 weights with 8 bits (127 levels each side; CPUs without VNNI/AMX
         run the u8·u8 companion graph, int8_matmul.write_u8u8_graph) or 7 bits (63 levels: one
         u8·s8 graph exact on every CPU, more drift).
+    down_levels: with smoothing, each quantized down_proj input as 1 or 2 per-token levels (2: the
+        second quantizes what the first missed, ~15 bits, two integer GEMMs per down_proj;
+        int8_matmul._QuantizedGraph.two_levels).
     """
 
     smooth: float | None = SMOOTH_DEFAULT
@@ -491,6 +495,7 @@ class Int8Options:
     activations: str = "per_token"
     smooth_norms: bool = SMOOTH_NORMS_DEFAULT
     weight_bits: int = WEIGHT_BITS_DEFAULT
+    down_levels: int = DOWN_LEVELS_DEFAULT
 
     @property
     def integer_format(self) -> IntegerFormat:
@@ -507,6 +512,10 @@ class Int8Options:
             raise ExportError(f"activations={self.activations!r}: expected one of {', '.join(ACTIVATIONS)}")
         if self.weight_bits not in (7, 8):
             raise ExportError(f"weight_bits={self.weight_bits}: expected 7 or 8")
+        if self.down_levels not in (1, 2):
+            raise ExportError(f"down_levels={self.down_levels}: expected 1 or 2")
+        if self.down_levels == 2 and (self.smooth is None or self.activations != "per_token"):
+            raise ExportError("down_levels=2 applies to quantized down_proj (smooth=ALPHA) with per-token activations")
 
 
 def _plan(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any], log) -> SmoothingPlan:
@@ -583,6 +592,7 @@ def _record(options: Int8Options, plan: SmoothingPlan, count: int, m: dict[str, 
         "quantized": count,
         "excluded": plan.float_modules,
         "smoothing": plan.record,
+        "down_levels": options.down_levels if plan.record is not None else None,  # per-token levels of down_proj's input
         "drift": m["drift"],
         "threshold": dict(THRESHOLD, decisive_margin=DECISIVE_MARGIN),
         "probabilities": m["probabilities"],  # (probes, candidates) restricted softmax, for judging flips by eye
@@ -669,8 +679,11 @@ def quantize_export(
     log(f"quantizing MatMul weights to int8 per channel ({options.activations} activations), keeping "
         f"{len(plan.float_nodes)} {SMOOTH_TARGET} MatMuls float32 ...")
     fmt = options.integer_format
+    two_level = ({p["x"] for p in _smoothing_pairs(src_onnx)[0] if p["down_node"] not in set(plan.float_nodes)}
+                 if options.down_levels == 2 else set())
     count = quantize_matmuls(src_onnx, out_onnx, exclude=set(plan.float_nodes), scale_rows=plan.scale_rows,
-                             scale_cols=plan.scale_cols, activations=options.activations, fmt=fmt, log=log)
+                             scale_cols=plan.scale_cols, activations=options.activations, fmt=fmt,
+                             two_level=two_level, log=log)
     graphs, cpu = None, cpu_describe()["class"]
     if options.activations == "per_token" and not fmt.exact_without_vnni:
         write_u8u8_graph(out_onnx, out_dir / INT8_U8U8_ONNX_FILE)

@@ -220,6 +220,49 @@ def test_fused_kernel_gives_the_unfused_numbers_to_the_bit(tmp_path, rows):
         np.testing.assert_array_equal(_run(tmp_path / "q.u8u8.onnx", h), fused)
 
 
+def test_two_level_activations_match_numpy_and_keep_the_small_channels(tmp_path):
+    """two_level: down_proj's input as s1 q1 + s2 q2 (q2 quantizes x - s1 q1, its own per-token
+    scale), two integer GEMMs added. Oracles: a numpy emulation with exact integer products, and
+    the float product with the same 8-bit weights, which two levels approach far closer than one
+    when a channel is 300x the others (channel 3 of _mlp_graph); row independence kept."""
+    from typed_decisions_export.int8_matmul import IntegerFormat, quantize_weight_per_column, write_u8u8_graph
+
+    w = _mlp_graph(tmp_path / "m.onnx")
+    fmt = IntegerFormat(127, 127)
+    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "one.onnx", exclude={"node_gate", "node_up"}, fmt=fmt, log=lambda m: None)
+    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "two.onnx", exclude={"node_gate", "node_up"}, fmt=fmt,
+                     two_level={"x"}, log=lambda m: None)
+    h = np.random.default_rng(5).normal(size=(2, 6, HIDDEN)).astype(np.float32)
+    g = h @ w["w_gate"]
+    with np.errstate(over="ignore"):
+        x = (g / (1 + np.exp(-g)) * (h @ w["w_up"])).astype(np.float32)  # (B, T, INTER)
+    wq, sw = quantize_weight_per_column(w["w_down"], 127)
+    s1 = np.abs(x).max(-1, keepdims=True) / np.float32(127)
+    q1 = np.rint(x / s1)
+    r = x - q1 * s1  # float32, as the graph computes it
+    s2 = np.abs(r).max(-1, keepdims=True) / np.float32(127)
+    q2 = np.rint(r / s2)
+    expected = sum((q.astype(np.int64) @ wq.astype(np.int64)).astype(np.float64) * sw * s for q, s in ((q1, s1), (q2, s2)))
+    two = _run(tmp_path / "two.onnx", h)
+    assert np.abs(two - expected).max() <= 1e-5 * np.abs(expected).max()
+    same_weights = x.astype(np.float64) @ (wq.astype(np.float64) * sw)  # what only the activations' levels change
+    err_one = np.abs(_run(tmp_path / "one.onnx", h) - same_weights).max()
+    err_two = np.abs(two - same_weights).max()
+    assert err_two < 0.05 * err_one
+    alone = np.concatenate([_run(tmp_path / "two.onnx", h[i : i + 1]) for i in range(2)])
+    np.testing.assert_array_equal(alone, two)
+    assert write_u8u8_graph(tmp_path / "two.onnx", tmp_path / "two.u8u8.onnx") == 1  # two GEMMs, one weight
+    np.testing.assert_allclose(_run(tmp_path / "two.u8u8.onnx", h), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_down_levels_needs_a_quantized_down_proj():
+    assert Int8Options(smooth=0.5, down_levels=2).down_levels == 2
+    with pytest.raises(ExportError, match="down_levels=2 applies to quantized down_proj"):
+        Int8Options(down_levels=2)  # down_proj float32: nothing to quantize in two levels
+    with pytest.raises(ExportError, match="expected 1 or 2"):
+        Int8Options(smooth=0.5, down_levels=3)
+
+
 def test_float32_channels_are_taken_out_of_the_integers(tmp_path):
     """float_channels: the listed channels of down_proj's input are multiplied in float32 by their
     weight rows; the rest is quantized per token without them (their rows are zero in the integer
