@@ -531,3 +531,14 @@ def test_cli_smooth(tiny_folders, tmp_path, capsys):
     assert main([str(tiny_folders["qwen2"]), "--out", str(tmp_path / "z"), "--quantize", "int8", "--smooth", "off",
                  "--keep-float", "2", "--quiet"]) == 1
     assert "only apply with smoothing" in capsys.readouterr().err
+
+
+def test_cli_int8_flags_become_options():
+    from typed_decisions_export.cli import build_parser, int8_options
+
+    def parse(*flags):
+        return int8_options(build_parser().parse_args(["m.gguf", "--out", "o", "--quantize", "int8", *flags]))
+
+    assert parse() is None  # the defaults
+    assert parse("--smooth", "0.5", "--down-levels", "2") == Int8Options(smooth=0.5, down_levels=2)
+    assert parse("--smooth", "off", "--weight-bits", "7") == Int8Options(smooth=None, weight_bits=7)
