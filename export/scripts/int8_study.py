@@ -106,11 +106,11 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
             qm.smoothing_vector = lambda a, w, al: np.ones_like(np.asarray(a, np.float64))
         t0 = time.perf_counter()
         if alpha == "none":
-            float_nodes, rows, cols = qm._excluded_nodes(src)[0], {}, {}
+            float_nodes, rows, cols, smoothed_inputs = qm._excluded_nodes(src)[0], {}, {}, []
         else:
             plan = qm._plan_smoothing(src, 0.5 if alpha == "ones" else float(alpha), calib, int(keep),
                                       log=lambda m: None, norms=norms)
-            rows, cols, float_nodes = plan.scale_rows, plan.scale_cols, plan.float_nodes
+            rows, cols, float_nodes, smoothed_inputs = plan.scale_rows, plan.scale_cols, plan.float_nodes, plan.smoothed_inputs
         channels = {}
         if fcd:
             for p in qm._smoothing_pairs(src)[0]:  # the smoothed input is x / s: x * (up's column factor)
@@ -118,7 +118,7 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
         if fcn:
             for t in qm._norm_sites(src):
                 channels[t["x"]] = qm.float_channels(absmax[t["x"]] * rows.get(t["gamma"], 1.0), fcn)
-        two_level = {p["x"] for p in qm._smoothing_pairs(src)[0]} if lvl2 else set()
+        two_level = set(smoothed_inputs) if lvl2 else set()  # the quantized down_proj inputs
         quantize_matmuls(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols,
                          activations=activations, fmt=fmt, float_channels=channels, two_level=two_level,
                          log=lambda m: None)

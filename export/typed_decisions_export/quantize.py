@@ -338,6 +338,7 @@ class SmoothingPlan:
     scale_cols: dict[str, np.ndarray] = field(default_factory=dict)  # initializer -> per-column factor
     float_nodes: list[str] = field(default_factory=list)  # MatMul nodes kept float32
     float_modules: list[str] = field(default_factory=list)  # their modules (the manifest's `excluded`)
+    smoothed_inputs: list[str] = field(default_factory=list)  # the input tensors of the smoothed (quantized) down_proj
 
 
 def _plan_smoothing(
@@ -394,7 +395,8 @@ def _plan_smoothing(
     }
     kept = {p["down_node"] for p in pairs if p["down_module"] in kept_float}
     excluded = [(n, m) for n, m in zip(*_excluded_nodes(src_onnx)) if m in unmatched or n in kept]
-    return SmoothingPlan(record, scale_rows, scale_cols, [n for n, _ in excluded], [m for _, m in excluded])
+    return SmoothingPlan(record, scale_rows, scale_cols, [n for n, _ in excluded], [m for _, m in excluded],
+                         [p["x"] for p in pairs if p["down_module"] not in kept_float])
 
 
 def _probe_tokenizer(export_dir: Path, facts: dict[str, Any]) -> Any:
@@ -679,8 +681,7 @@ def quantize_export(
     log(f"quantizing MatMul weights to int8 per channel ({options.activations} activations), keeping "
         f"{len(plan.float_nodes)} {SMOOTH_TARGET} MatMuls float32 ...")
     fmt = options.integer_format
-    two_level = ({p["x"] for p in _smoothing_pairs(src_onnx)[0] if p["down_node"] not in set(plan.float_nodes)}
-                 if options.down_levels == 2 else set())
+    two_level = set(plan.smoothed_inputs) if options.down_levels == 2 else set()
     count = quantize_matmuls(src_onnx, out_onnx, exclude=set(plan.float_nodes), scale_rows=plan.scale_rows,
                              scale_cols=plan.scale_cols, activations=options.activations, fmt=fmt,
                              two_level=two_level, log=log)

@@ -403,6 +403,8 @@ def test_folding_is_exact_in_float_on_smollm2(smollm2_export, tmp_path):
     for name in rows:  # up columns get exactly the reciprocal of the matching down rows
         assert any(np.allclose(c * rows[name], 1.0) for c in cols.values() if c.shape == rows[name].shape)
     graph = onnx.load(str(src / "model.onnx"), load_external_data=False).graph
+    # what --down-levels 2 quantizes in two levels: the inputs of the MatMuls whose rows are smoothed
+    assert sorted(plan.smoothed_inputs) == sorted(n.input[0] for n in graph.node if n.op_type == "MatMul" and n.input[1] in rows)
     every_matmul = {n.name for n in graph.node if n.op_type == "MatMul"}
     quantize_matmuls(src / "model.onnx", tmp_path / "smoothed.onnx", exclude=every_matmul,
                      scale_rows=rows, scale_cols=cols, log=lambda m: None)
@@ -451,6 +453,26 @@ def test_norm_folding_is_exact_in_float_on_smollm2(smollm2_export, tmp_path):
 
 
 # --- quantize_export and the CLI on tiny random models ---------------------------------------------
+def test_down_levels_2_quantizes_only_the_smoothed_down_proj_in_two_levels(tiny_exports, tmp_path):
+    """quantize_export(down_levels=2, keep_float=1): the smoothed down_proj runs two integer GEMMs
+    on the same weight, the kept one stays a float32 MatMul, every other MatMul one GEMM; the
+    manifest says so."""
+    import onnx
+
+    src, _ = tiny_exports["llama"]
+    q = quantize_export(src, tmp_path / "sq2", Int8Options(smooth=0.5, keep_float=1, down_levels=2), force=True,
+                        progress=False)["quantization"]
+    assert q["down_levels"] == 2 and len(q["smoothing"]["smoothed"]) == 1
+    graph = onnx.load(str(tmp_path / "sq2" / "model.int8.onnx"), load_external_data=False).graph
+    gemms: dict[str, int] = {}
+    for n in graph.node:
+        if n.op_type == "MatMulIntegerToFloat":
+            gemms[n.input[1]] = gemms.get(n.input[1], 0) + 1
+    assert sorted(gemms.values()).count(2) == 1 and set(gemms.values()) == {1, 2}
+    float_matmuls = [n for n in graph.node if n.op_type == "MatMul" and n.input[1] in {t.name for t in graph.initializer}]
+    assert len(float_matmuls) == 1  # the kept down_proj
+
+
 def test_manifest_records_the_smoothing(tiny_exports, tmp_path):
     src, _ = tiny_exports["llama"]
     before = sorted(p.name for p in src.iterdir())
