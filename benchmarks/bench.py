@@ -607,6 +607,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="W5: the export the server and the in-process baseline load (default: the first of --ours)")
     p.add_argument("--w5-atol", type=float, default=1e-5,
                    help="W5: largest difference of a number in an HTTP answer from the in-process one")
+    p.add_argument("--int8-dir", type=Path, default=None,
+                   help="INT8 export to run as ours int8 (default: <fp32 export>-int8, made when missing)")
     p.add_argument("--out", type=Path, default=None)
     return p
 
@@ -669,6 +671,10 @@ def start_run(args: argparse.Namespace) -> Run:
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     rss = RssSampler()
     fp32_dir, int8_dir, gguf = resolve_model(args.model)
+    if args.int8_dir is not None:
+        if not (args.int8_dir / "manifest.json").is_file():
+            raise SystemExit(f"--int8-dir {args.int8_dir}: no manifest.json there")
+        int8_dir = args.int8_dir.expanduser().resolve()
     w5_dtype = args.w5_dtype or args.ours.split(",")[0]
     if ("int8" in args.ours or ("W5" in wl_names and w5_dtype == "int8")) and int8_dir is None:
         rss.phase("export_int8")

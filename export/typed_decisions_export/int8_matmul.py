@@ -3,14 +3,18 @@
 Every MatMul with a constant 2-D float weight becomes, by default,
 
     sx = max_k |X[..., k]| / 127                one scale per token (row), shape (..., 1)
-    Xq = Cast<uint8>(Round(X / sx) + 128)       in [1, 255]; shared by the MatMuls reading X
+    Xq = QuantizeLinear(X, sx, 128, block_size=K) = saturate(Round(X / sx) + 128)
+                                                in [1, 255]; shared by the MatMuls reading X
     Y  = MatMulIntegerToFloat(Xq, Wq int8 (K, N), sx, sw (N,), 128, 0)
        = float(sum_k (Xq - 128) Wq) * sw * sx
 
 with symmetric 8-bit weights per output column (`sw = max|W[:, n]| / 127`, `Wq = rint(W / sw)` in
 [-127, 127], stored int8). MatMulIntegerToFloat (ONNX Runtime's contrib op) multiplies the int32
 sums by sw in its GEMM's output stage and then by sx: the numbers of MatMulInteger, Cast, Mul(sw),
-Mul(sx) to the bit, without writing and re-reading three (tokens x N) tensors in between.
+Mul(sx) to the bit, without writing and re-reading three (tokens x N) tensors in between. Likewise
+one blocked QuantizeLinear (opset 21; a block is a whole row, so its scale is the row's) makes the
+integers that Div, Round, Add, Cast made, to the bit, in one pass over X instead of four; the
+writer raises the graph's opset to 21 for it (ONNX Runtime >= 1.18) unless told not to.
 Two properties follow, and the tests hold the graph to both:
 
 - *row independence*: a token's output depends on its own activations only, so a prompt's answer
@@ -47,6 +51,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 MS_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib ops (MatMulIntegerToFloat)
+BLOCKED_QUANTIZE_OPSET = 21  # QuantizeLinear / DequantizeLinear with block_size
+BLOCKED_QUANTIZE_IR_VERSION = 10  # the IR version of opset 21
 _ALIGN = 4096  # page-aligned offsets let ONNX Runtime memory-map the external data
 _COPY_CHUNK = 64 << 20
 
@@ -196,6 +202,7 @@ class _QuantizedGraph:
         from onnx import TensorProto, helper
 
         self.opset, self.fmt = opset, fmt
+        self.blocked = opset >= BLOCKED_QUANTIZE_OPSET  # per-token integers from one QuantizeLinear
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
         self._inputs: dict[str, tuple[str, str, str]] = {}
@@ -211,10 +218,12 @@ class _QuantizedGraph:
         self.inits += [
             h.make_tensor("per_token_zero_point", T.UINT8, [], [f.act_zero_point]),
             h.make_tensor("per_token_inv_levels", T.FLOAT, [], [1.0 / f.act_levels]),
-            h.make_tensor("per_token_zero_point_f", T.FLOAT, [], [float(f.act_zero_point)]),
             h.make_tensor("per_token_tiny", T.FLOAT, [], [1e-30]),
-            h.make_tensor("per_token_axes", T.INT64, [1], [-1]),
         ]
+        if self.opset >= 18:
+            self.inits.append(h.make_tensor("per_token_axes", T.INT64, [1], [-1]))
+        if not self.blocked:
+            self.inits.append(h.make_tensor("per_token_zero_point_f", T.FLOAT, [], [float(f.act_zero_point)]))
         self._constants_added = True
 
     def split_channels(self, x: str, channels: np.ndarray, width: int) -> None:
@@ -241,12 +250,16 @@ class _QuantizedGraph:
         ]
         self._float_parts[x] = f"{x}_float_part"
 
-    def per_token(self, x: str) -> tuple[str, str, str]:
-        """(xq uint8, sx (..., 1), zero point) for `x`: one symmetric scale per token (row),
+    def per_token(self, x: str, width: int) -> tuple[str, str, str]:
+        """(xq uint8, sx (..., 1), zero point) for `x` (last axis `width`): one symmetric scale per
+        token (row),
 
-            sx = max(max_k |x[..., k]|, tiny) / L        xq = Cast<uint8>(Round(x / sx) + L + 1)
+            sx = max(max_k |x[..., k]|, tiny) / L        xq = saturate<uint8>(Round(x / sx) + L + 1)
 
-        with L = fmt.act_levels, so a row's integers depend on that row alone."""
+        with L = fmt.act_levels, so a row's integers depend on that row alone (|Round(x / sx)| <= L,
+        nothing saturates). From opset 21 on, one QuantizeLinear whose block is the whole row
+        (block_size=width; its zero point expanded to the scale's shape, as blocked quantization
+        asks); before, Div, Round, Add and Cast. Both round half to even: the same integers."""
         if x in self._inputs:
             return self._inputs[x]
         self._constants()
@@ -260,29 +273,44 @@ class _QuantizedGraph:
             reduce,                                                                          # (..., 1)
             h.make_node("Max", [f"{t}_absmax", "per_token_tiny"], [f"{t}_absmax_pos"], f"{t}_max"),
             h.make_node("Mul", [f"{t}_absmax_pos", "per_token_inv_levels"], [names[1]], f"{t}_scale"),
-            h.make_node("Div", [x, names[1]], [f"{t}_scaled"], f"{t}_div"),                  # (..., K)
-            h.make_node("Round", [f"{t}_scaled"], [f"{t}_rounded"], f"{t}_round"),           # [-L, L]
-            h.make_node("Add", [f"{t}_rounded", "per_token_zero_point_f"], [f"{t}_shifted"], f"{t}_shift"),
-            h.make_node("Cast", [f"{t}_shifted"], [names[0]], f"{t}_cast", to=self._T.UINT8),
         ]
+        if self.blocked:  # the GEMM keeps the scalar zero point; QuantizeLinear's has the scale's shape
+            self.nodes += [
+                h.make_node("Shape", [names[1]], [f"{t}_scale_shape"], f"{t}_scale_shape"),
+                h.make_node("Expand", ["per_token_zero_point", f"{t}_scale_shape"], [f"{t}_zero_point"], f"{t}_zero_point"),
+                h.make_node("QuantizeLinear", [x, names[1], f"{t}_zero_point"], [names[0]], f"{t}_quantize",
+                            axis=-1, block_size=width),                                      # (..., K) uint8
+            ]
+        else:
+            self.nodes += [
+                h.make_node("Div", [x, names[1]], [f"{t}_scaled"], f"{t}_div"),                  # (..., K)
+                h.make_node("Round", [f"{t}_scaled"], [f"{t}_rounded"], f"{t}_round"),           # [-L, L]
+                h.make_node("Add", [f"{t}_rounded", "per_token_zero_point_f"], [f"{t}_shifted"], f"{t}_shift"),
+                h.make_node("Cast", [f"{t}_shifted"], [names[0]], f"{t}_cast", to=self._T.UINT8),
+            ]
         self._inputs[x] = names
         return names
 
-    def two_levels(self, x: str) -> list[tuple[str, str, str]]:
+    def two_levels(self, x: str, width: int) -> list[tuple[str, str, str]]:
         """x as two per-token levels, x ~ s1 q1 + s2 q2: the first is `per_token(x)`, the second
         quantizes what the first missed, r = x - s1 Round(x / s1), with its own scale per token
         (|r| <= s1 / 2, so s2 ~ s1 / 254: about 15 bits per token in all). Every MatMul reading x
         then runs two integer GEMMs and adds them. For inputs whose tokens hold a few huge channels
-        (down_proj's): one level leaves the other channels a handful of levels."""
-        first = self.per_token(x)
+        (down_proj's): one level leaves the other channels a handful of levels.
+
+        s1 Round(x / s1) is the first level's integers times its scale: DequantizeLinear of them
+        when they come from QuantizeLinear ((q - zp) * s, exact small integers times s, so the same
+        float32 product), else Mul of the Round."""
+        first = self.per_token(x, width)
         h, t = self._helper, f"{x}_tok"
         r = f"{x}_remainder"
         if r not in self._inputs:
-            self.nodes += [
-                h.make_node("Mul", [f"{t}_rounded", first[1]], [f"{t}_level1"], f"{t}_level1"),
-                h.make_node("Sub", [x, f"{t}_level1"], [r], f"{t}_remainder"),
-            ]
-        return [first, self.per_token(r)]
+            level1 = (h.make_node("DequantizeLinear", [first[0], first[1], f"{t}_zero_point"], [f"{t}_level1"], f"{t}_level1",
+                                  axis=-1, block_size=width)
+                      if self.blocked else
+                      h.make_node("Mul", [f"{t}_rounded", first[1]], [f"{t}_level1"], f"{t}_level1"))
+            self.nodes += [level1, h.make_node("Sub", [x, f"{t}_level1"], [r], f"{t}_remainder")]
+        return [first, self.per_token(r, width)]
 
     def per_tensor(self, x: str) -> tuple[str, str, str]:
         """(xq uint8, sx scalar, zx scalar): ONNX's DynamicQuantizeLinear, one asymmetric scale for
@@ -292,7 +320,7 @@ class _QuantizedGraph:
             self.nodes.append(self._helper.make_node("DynamicQuantizeLinear", [x], list(self._inputs[x]), f"{x}_QuantizeLinear"))
         return self._inputs[x]
 
-    def matmul(self, node: Any, wq_name: str, sw_name: str, zw_name: str, per_token: bool,
+    def matmul(self, node: Any, wq_name: str, sw_name: str, zw_name: str, width: int, per_token: bool,
                float_rows: str | None = None) -> None:
         """Y = (Xq - zx) (Wq - 0) · sw · sx in place of the float MatMul `node`; when x has float32
         channels (split_channels), Xq is made from x without them and Y gains x[..., C] · float_rows
@@ -305,13 +333,13 @@ class _QuantizedGraph:
         if split:
             x, y = f"{x}_int_part", f"{tag}_int_part"
         if per_token and node.input[0] in self.two_level:  # two GEMMs, one per level, added
-            levels = self.two_levels(x)
+            levels = self.two_levels(x, width)
             for i, (xq, sx, zx) in enumerate(levels):
                 self.nodes.append(h.make_node("MatMulIntegerToFloat", [xq, wq_name, sx, sw_name, zx, zw_name],
                                               [f"{tag}_level{i + 1}"], f"{tag}_quant{i + 1}", domain=MS_DOMAIN))
             self.nodes.append(h.make_node("Add", [f"{tag}_level1", f"{tag}_level2"], [y], f"{tag}_levels_add"))
         elif per_token:  # one kernel: int32 products * sw (N,) in the GEMM's epilogue, then * sx (..., 1)
-            xq, sx, zx = self.per_token(x)
+            xq, sx, zx = self.per_token(x, width)
             self.nodes.append(h.make_node("MatMulIntegerToFloat", [xq, wq_name, sx, sw_name, zx, zw_name], [y],
                                           f"{tag}_quant", domain=MS_DOMAIN))
         else:  # the pattern ONNX Runtime fuses into MatMulIntegerToFloat
@@ -340,6 +368,7 @@ def quantize_matmuls(
     fmt: IntegerFormat = TOKEN_FORMAT,
     float_channels: dict[str, np.ndarray] | None = None,
     two_level: set[str] | None = None,
+    blocked_quantize: bool = True,
     log=print,
 ) -> int:
     """Write `dst` (+ `dst.data`): `src` with every constant-weight 2-D MatMul not in `exclude`
@@ -364,7 +393,11 @@ def quantize_matmuls(
 
     `two_level` (activation tensor names): those inputs are quantized as two per-token levels
     (`_QuantizedGraph.two_levels`, ~15 bits), each MatMul reading them running two integer GEMMs.
-    Per token only."""
+    Per token only.
+
+    `blocked_quantize` (default): per-token integers from one blocked QuantizeLinear, the graph's
+    opset raised to 21 when lower; False keeps the source opset and writes Div, Round, Add, Cast
+    (the same integers, four passes over each activation)."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -401,6 +434,12 @@ def quantize_matmuls(
         return w is not None and node.name not in exclude and w.data_type == TensorProto.FLOAT and len(w.dims) == 2
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
+    if per_token and blocked_quantize and opset < BLOCKED_QUANTIZE_OPSET:
+        opset = BLOCKED_QUANTIZE_OPSET  # the float ops of opsets 18-20 mean the same at 21
+        for o in model.opset_import:
+            if o.domain in ("", "ai.onnx"):
+                o.version = opset
+        model.ir_version = max(model.ir_version, BLOCKED_QUANTIZE_IR_VERSION)
     out = _QuantizedGraph(opset, fmt)
     out.two_level = set(two_level or ())
     weight_levels = fmt.weight_levels if per_token else 127
@@ -431,7 +470,7 @@ def quantize_matmuls(
             zw_t = helper.make_tensor(f"{w_name}_zero_point", TensorProto.INT8, [wq.shape[1]], np.zeros(wq.shape[1], np.int8).tobytes(), raw=True)
             sw_t = helper.make_tensor(f"{w_name}_scale", TensorProto.FLOAT, [wq.shape[1]], scale.tobytes(), raw=True)
             out.inits += [wq_t, zw_t, sw_t]
-            out.matmul(node, wq_t.name, sw_t.name, zw_t.name, per_token, None if rows_t is None else rows_t.name)
+            out.matmul(node, wq_t.name, sw_t.name, zw_t.name, wq.shape[0], per_token, None if rows_t is None else rows_t.name)
             uses[w_name] -= 1
             if uses[w_name] == 0:
                 dropped.add(w_name)

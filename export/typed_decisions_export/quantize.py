@@ -620,6 +620,13 @@ def _discard(out_dir: Path, out_onnx: Path, in_place: bool) -> None:
         prepare_out_dir(out_dir)  # leave it empty rather than half-made
 
 
+def _graph_opset(path: Path) -> int:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
 def _install(out_dir: Path, src_onnx: Path, manifest: dict[str, Any], quantization: dict[str, Any], in_place: bool) -> dict[str, Any]:
     """Write the INT8 manifest (last, so the directory is never half-made); in place, the float32
     graph goes first."""
@@ -631,6 +638,7 @@ def _install(out_dir: Path, src_onnx: Path, manifest: dict[str, Any], quantizati
         src_onnx.with_name(src_onnx.name + ".data").unlink(missing_ok=True)
     manifest = dict(manifest)
     manifest["onnx_file"] = INT8_ONNX_FILE
+    manifest["opset"] = _graph_opset(out_dir / INT8_ONNX_FILE)  # 21 with per-token QuantizeLinear
     manifest["quantization"] = quantization
     # The self-check (vs PyTorch) ran on the float32 graph; INT8 is judged by the drift above.
     manifest["self_check"] = dict(manifest["self_check"], graph=f"{src_onnx.name} (float32, before quantization)")

@@ -205,7 +205,7 @@ def test_fused_kernel_gives_the_unfused_numbers_to_the_bit(tmp_path, rows):
     assert quantize_matmuls(tmp_path / "m.onnx", tmp_path / "q.onnx", exclude=set(), fmt=IntegerFormat(127, 127),
                             log=lambda m: None) == 3
     ops = [n.op_type for n in onnx.load(str(tmp_path / "q.onnx"), load_external_data=False).graph.node]
-    assert ops.count("MatMulIntegerToFloat") == 3 and "MatMulInteger" not in ops and "Cast" in ops  # Cast: the activations'
+    assert ops.count("MatMulIntegerToFloat") == 3 and "MatMulInteger" not in ops and ops.count("QuantizeLinear") == 2  # h and x
     assert _unfused(tmp_path / "q.onnx", tmp_path / "u.onnx") == 3
     assert write_u8u8_graph(tmp_path / "q.onnx", tmp_path / "q.u8u8.onnx") == 3
     assert write_u8u8_graph(tmp_path / "u.onnx", tmp_path / "u.u8u8.onnx") == 3
@@ -218,6 +218,41 @@ def test_fused_kernel_gives_the_unfused_numbers_to_the_bit(tmp_path, rows):
 
     if cpu_class() != "avx2":  # where the u8*s8 kernel is exact, both graphs give the same numbers
         np.testing.assert_array_equal(_run(tmp_path / "q.u8u8.onnx", h), fused)
+
+
+@pytest.mark.parametrize("rows", [(1, 1), (1, 7), (3, 5)])
+@pytest.mark.parametrize("variant", ["one_level", "two_level", "float_channels"])
+def test_blocked_quantize_linear_gives_the_four_op_integers_to_the_bit(tmp_path, rows, variant):
+    """The per-token integers from one blocked QuantizeLinear (opset 21; the graph's opset raised
+    from the source's 18) are those of Div, Round, Add, Cast (blocked_quantize=False, opset 18
+    kept), to the bit: one level, two levels (whose remainder comes from DequantizeLinear instead
+    of Mul of the Round) and with float32 channels, in the u8*s8 graph and its u8*u8 twin. Row 0
+    holds exact halves (127 sets the scale to ~1): both round them half to even."""
+    import onnx
+
+    from typed_decisions_export.int8_matmul import IntegerFormat, write_u8u8_graph
+
+    _mlp_graph(tmp_path / "m.onnx")
+    kwargs = {"one_level": {}, "two_level": {"two_level": {"x"}},
+              "float_channels": {"float_channels": {"x": np.array([3]), "h": np.array([0, 5])}}}[variant]
+    fmt = IntegerFormat(127, 127)
+    for name, blocked in (("new", True), ("old", False)):
+        quantize_matmuls(tmp_path / "m.onnx", tmp_path / f"{name}.onnx", exclude=set(), fmt=fmt, blocked_quantize=blocked,
+                         log=lambda m: None, **kwargs)
+        write_u8u8_graph(tmp_path / f"{name}.onnx", tmp_path / f"{name}.u8u8.onnx")
+    new, old = (onnx.load(str(tmp_path / f"{n}.onnx"), load_external_data=False) for n in ("new", "old"))
+    version = {n: next(o.version for o in m.opset_import if o.domain == "") for n, m in (("new", new), ("old", old))}
+    assert version == {"new": 21, "old": 18} and new.ir_version >= 10
+    ops = {n: [node.op_type for node in m.graph.node] for n, m in (("new", new), ("old", old))}
+    levels = 2 if variant == "two_level" else 1
+    assert ops["new"].count("QuantizeLinear") == 1 + levels and "Round" not in ops["new"] and "Cast" not in ops["new"]
+    assert ops["old"].count("Round") == 1 + levels and "QuantizeLinear" not in ops["old"]
+    assert ops["new"].count("DequantizeLinear") == levels - 1
+    h = np.random.default_rng(11).normal(size=(*rows, HIDDEN)).astype(np.float32)
+    h[..., 0, 1] *= 40.0
+    h[0, 0] = [127.0, 2.5, 3.5, -0.5, 0.5, 1.5, -2.5, 4.5]
+    for graph in ("{}.onnx", "{}.u8u8.onnx"):
+        np.testing.assert_array_equal(_run(tmp_path / graph.format("new"), h), _run(tmp_path / graph.format("old"), h))
 
 
 def test_two_level_activations_match_numpy_and_keep_the_small_channels(tmp_path):
@@ -460,10 +495,13 @@ def test_down_levels_2_quantizes_only_the_smoothed_down_proj_in_two_levels(tiny_
     import onnx
 
     src, _ = tiny_exports["llama"]
-    q = quantize_export(src, tmp_path / "sq2", Int8Options(smooth=0.5, keep_float=1, down_levels=2), force=True,
-                        progress=False)["quantization"]
+    manifest = quantize_export(src, tmp_path / "sq2", Int8Options(smooth=0.5, keep_float=1, down_levels=2), force=True,
+                               progress=False)
+    q = manifest["quantization"]
     assert q["down_levels"] == 2 and len(q["smoothing"]["smoothed"]) == 1
-    graph = onnx.load(str(tmp_path / "sq2" / "model.int8.onnx"), load_external_data=False).graph
+    model = onnx.load(str(tmp_path / "sq2" / "model.int8.onnx"), load_external_data=False)
+    assert manifest["opset"] == 21 == next(o.version for o in model.opset_import if o.domain == "")  # blocked QuantizeLinear
+    graph = model.graph
     gemms: dict[str, int] = {}
     for n in graph.node:
         if n.op_type == "MatMulIntegerToFloat":
