@@ -238,6 +238,7 @@ def build_radix_tree(contexts: Sequence[Sequence[int]],
     [(1, 2), (1, 2, 4)]
     """
     root = _Node((), None)
+    owner_of = [0] * len(contexts) if owners is None else owners
     segments: list[dict[int, _Node]] = []  # per context: its shared nodes by where they end
     for q, ctx in enumerate(map(tuple, contexts)):
         node, at, mine = root, 0, {0: root}
@@ -246,12 +247,12 @@ def build_radix_tree(contexts: Sequence[Sequence[int]],
                 node, at = _share(node, ctx[at:cut]), cut
                 mine[cut] = node
         segments.append(mine)
-        _insert(node, ctx[at:], 0 if owners is None else owners[q]).queries.append(q)
+        _insert(node, ctx[at:], owner_of[q]).queries.append(q)
     for q, (ctx, points) in enumerate(zip(map(tuple, contexts), checkpoints)):
         mine, split = segments[q], max(segments[q])
         for p in _cuts(points, len(ctx)):
             if p > split:
-                _mark(mine[split], ctx, split, p, 0 if owners is None else owners[q])
+                _mark(mine[split], ctx, split, p, owner_of[q])
             elif p in mine:
                 mine[p].checkpoint = True
             else:

@@ -373,6 +373,32 @@ class _QuantizedGraph:
             ]
 
 
+# Ops whose meaning changed between opset 18 and 21 (GroupNormalization-21 scales per channel,
+# -18 per group): a graph holding one keeps its opset and the four-op quantization.
+_CHANGED_BY_OPSET_21 = {"GroupNormalization"}
+
+
+def _can_raise_to_blocked_opset(model: Any, opset: int) -> bool:
+    """Whether the graph's default-domain opset can be raised to 21 without changing what any
+    node means: from 18 (the exporter's; 18 moved the Reduce* axes and Split's outputs to inputs,
+    so older graphs would break) to 20 the changes are new types and attributes with the old
+    defaults, except the ops in _CHANGED_BY_OPSET_21. Functions and subgraphs are checked too."""
+    if opset >= BLOCKED_QUANTIZE_OPSET:
+        return True
+    if opset < 18:
+        return False
+
+    def ops(graph: Any):
+        for node in graph.node:
+            yield node
+            for attr in node.attribute:
+                for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    yield from ops(g)
+
+    nodes = list(ops(model.graph)) + [n for f in model.functions for n in f.node]
+    return not any(n.domain in ("", "ai.onnx") and n.op_type in _CHANGED_BY_OPSET_21 for n in nodes)
+
+
 def quantize_matmuls(
     src: Path,
     dst: Path,
@@ -412,8 +438,9 @@ def quantize_matmuls(
     Per token only.
 
     `blocked_quantize` (default): per-token integers from one blocked QuantizeLinear, the graph's
-    opset raised to 21 when lower; False keeps the source opset and writes Div, Round, Add, Cast
-    (the same integers, four passes over each activation)."""
+    opset raised to 21 when that changes no node's meaning (from 18-20; `_can_raise_to_blocked_opset`);
+    otherwise, or with False, the source opset is kept and Div, Round, Add, Cast are written (the
+    same integers, four passes over each activation)."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -450,8 +477,8 @@ def quantize_matmuls(
         return w is not None and node.name not in exclude and w.data_type == TensorProto.FLOAT and len(w.dims) == 2
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
-    if per_token and blocked_quantize and opset < BLOCKED_QUANTIZE_OPSET:
-        opset = BLOCKED_QUANTIZE_OPSET  # the float ops of opsets 18-20 mean the same at 21
+    if per_token and blocked_quantize and _can_raise_to_blocked_opset(model, opset):
+        opset = BLOCKED_QUANTIZE_OPSET
         for o in model.opset_import:
             if o.domain in ("", "ai.onnx"):
                 o.version = opset

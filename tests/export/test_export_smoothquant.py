@@ -255,6 +255,34 @@ def test_blocked_quantize_linear_gives_the_four_op_integers_to_the_bit(tmp_path,
         np.testing.assert_array_equal(_run(tmp_path / graph.format("new"), h), _run(tmp_path / graph.format("old"), h))
 
 
+def test_opset_is_raised_to_21_only_where_no_node_changes_meaning(tmp_path):
+    """Graphs below opset 18 (Reduce* axes and Split's outputs were attributes) and graphs holding
+    an op whose meaning changed by 21 (GroupNormalization) keep their opset and get the four-op
+    quantization — the same numbers as the blocked form; an opset-18 graph is raised to 21."""
+    import onnx
+    from onnx import helper
+
+    from typed_decisions_export.int8_matmul import IntegerFormat
+
+    _mlp_graph(tmp_path / "m.onnx")
+    m17 = onnx.load(str(tmp_path / "m.onnx"))
+    m17.opset_import[0].version = 17
+    onnx.save(m17, str(tmp_path / "m17.onnx"))
+    gn = onnx.load(str(tmp_path / "m.onnx"))
+    gn.graph.node.append(helper.make_node("GroupNormalization", ["h", "gn_s", "gn_b"], ["gn_y"], "node_gn", num_groups=2))
+    onnx.save(gn, str(tmp_path / "gn.onnx"))
+    opsets = {}
+    for name in ("m", "m17", "gn"):
+        quantize_matmuls(tmp_path / f"{name}.onnx", tmp_path / f"q_{name}.onnx", exclude=set(), fmt=IntegerFormat(127, 127),
+                         log=lambda m: None)
+        q = onnx.load(str(tmp_path / f"q_{name}.onnx"), load_external_data=False)
+        opsets[name] = (next(o.version for o in q.opset_import if o.domain == ""),
+                        "QuantizeLinear" in {n.op_type for n in q.graph.node})
+    assert opsets == {"m": (21, True), "m17": (17, False), "gn": (18, False)}
+    h = np.random.default_rng(4).normal(size=(2, 3, HIDDEN)).astype(np.float32)
+    np.testing.assert_array_equal(_run(tmp_path / "q_m17.onnx", h), _run(tmp_path / "q_m.onnx", h))
+
+
 def test_two_level_activations_match_numpy_and_keep_the_small_channels(tmp_path):
     """two_level: down_proj's input as s1 q1 + s2 q2 (q2 quantizes x - s1 q1, its own per-token
     scale), two integer GEMMs added. Oracles: a numpy emulation with exact integer products, and
