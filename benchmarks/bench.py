@@ -672,9 +672,9 @@ def start_run(args: argparse.Namespace) -> Run:
     rss = RssSampler()
     fp32_dir, int8_dir, gguf = resolve_model(args.model)
     if args.int8_dir is not None:
-        if not (args.int8_dir / "manifest.json").is_file():
-            raise SystemExit(f"--int8-dir {args.int8_dir}: no manifest.json there")
         int8_dir = args.int8_dir.expanduser().resolve()
+        if not (int8_dir / "manifest.json").is_file():
+            raise SystemExit(f"--int8-dir {args.int8_dir}: no manifest.json there")
     w5_dtype = args.w5_dtype or args.ours.split(",")[0]
     if ("int8" in args.ours or ("W5" in wl_names and w5_dtype == "int8")) and int8_dir is None:
         rss.phase("export_int8")

@@ -146,6 +146,11 @@ EXACT_EVERYWHERE_FORMAT = IntegerFormat(act_levels=127, weight_levels=63)  # 7-b
 ACTIVATIONS = ("per_token", "per_tensor")
 
 
+def default_opset(model: Any, missing: int) -> int:
+    """The version of the default ONNX domain a model imports (`missing` when it imports none)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), missing)
+
+
 def quantize_weight_per_column(w: np.ndarray, levels: int = 127) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric int8 per output column of a (K, N) weight: (Wq int8 (K, N), scale float32 (N,)).
 
@@ -209,7 +214,15 @@ class _QuantizedGraph:
         self._float_parts: dict[str, str] = {}  # x -> x[..., channels] for inputs with float32 channels
         self.two_level: set[str] = set()  # inputs quantized as two per-token levels (two_levels)
         self._constants_added = False
+        self._constant_names: set[str] = set()  # shape constants added by _constant
         self._helper, self._T = helper, TensorProto
+
+    def _constant(self, name: str, values: list[int]) -> str:
+        """An int64 1-D initializer `name` holding `values`, added once."""
+        if name not in self._constant_names:
+            self.inits.append(self._helper.make_tensor(name, self._T.INT64, [len(values)], values))
+            self._constant_names.add(name)
+        return name
 
     def _constants(self) -> None:
         if self._constants_added:
@@ -304,18 +317,15 @@ class _QuantizedGraph:
         (q - zp) * s on exact small integers, the float32 product Mul of the Round gives (the
         four-op form)."""
         first = self.per_token(x, width)
-        h, T, t = self._helper, self._T, f"{x}_tok"
+        h, t = self._helper, f"{x}_tok"
         r = f"{x}_remainder"
         if r not in self._inputs:
             if self.blocked:
-                rows_k = f"per_token_rows_{width}"
-                if rows_k not in {i.name for i in self.inits}:
-                    self.inits.append(h.make_tensor(rows_k, T.INT64, [2], [-1, width]))
-                if "per_token_flat" not in {i.name for i in self.inits}:
-                    self.inits.append(h.make_tensor("per_token_flat", T.INT64, [1], [-1]))
+                rows_k = self._constant(f"per_token_rows_{width}", [-1, width])
+                flat = self._constant("per_token_flat", [-1])
                 self.nodes += [
                     h.make_node("Reshape", [first[0], rows_k], [f"{t}_rows"], f"{t}_rows"),                # (rows, K)
-                    h.make_node("Reshape", [first[1], "per_token_flat"], [f"{t}_row_scale"], f"{t}_row_scale"),  # (rows,)
+                    h.make_node("Reshape", [first[1], flat], [f"{t}_row_scale"], f"{t}_row_scale"),       # (rows,)
                     h.make_node("Shape", [f"{t}_row_scale"], [f"{t}_rows_count"], f"{t}_rows_count"),
                     h.make_node("Expand", ["per_token_zero_point", f"{t}_rows_count"], [f"{t}_row_zero_point"], f"{t}_row_zero_point"),
                     h.make_node("DequantizeLinear", [f"{t}_rows", f"{t}_row_scale", f"{t}_row_zero_point"], [f"{t}_level1_rows"],
@@ -476,7 +486,7 @@ def quantize_matmuls(
         w = inits.get(node.input[1]) if node.op_type == "MatMul" else None
         return w is not None and node.name not in exclude and w.data_type == TensorProto.FLOAT and len(w.dims) == 2
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
+    opset = default_opset(model, 18)
     if per_token and blocked_quantize and _can_raise_to_blocked_opset(model, opset):
         opset = BLOCKED_QUANTIZE_OPSET
         for o in model.opset_import:
@@ -557,7 +567,7 @@ def write_u8u8_graph(src: Path, dst: Path) -> int:
     if dst.parent.resolve() != src.parent.resolve():
         raise ValueError(f"{dst} must sit beside {src}: it reads {src.name}'s external data file")
     model = onnx.load(str(src), load_external_data=False)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = default_opset(model, 0)
     if opset < 18:
         raise ValueError(f"{src}: opset {opset}; the u8·u8 graph needs BitwiseXor (opset 18)")
     graph = model.graph

@@ -57,7 +57,7 @@ from typed_decisions.cpu import describe as cpu_describe
 from typed_decisions.quantized import EXACT_CLASSES, graph_file
 
 from .layout import INT8_ONNX_FILE, INT8_U8U8_ONNX_FILE, make_logger, prepare_out_dir
-from .int8_matmul import (ACTIVATIONS, EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat, quantize_matmuls,
+from .int8_matmul import (ACTIVATIONS, EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat, default_opset, quantize_matmuls,
                           read_weight, write_u8u8_graph)
 from .manifest import LM_HEAD_FILE, MANIFEST_FILE, file_hashes, read_manifest, write_manifest
 from .ort_backbone import OrtBackbone, candidate_logits, restricted_softmax
@@ -623,8 +623,7 @@ def _discard(out_dir: Path, out_onnx: Path, in_place: bool) -> None:
 def _graph_opset(path: Path) -> int:
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
-    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    return default_opset(onnx.load(str(path), load_external_data=False), 0)
 
 
 def _install(out_dir: Path, src_onnx: Path, manifest: dict[str, Any], quantization: dict[str, Any], in_place: bool) -> dict[str, Any]:
