@@ -101,6 +101,7 @@ def export_model(
         "attention_mask": geometry["attention_mask"],
         "dtype": "float32",
         "opset": opset,
+        "graph_rewrites": {"softmax_nan_guards_dropped": geometry["softmax_nan_guards_dropped"]},
         "quantization": None,
         "lm_head": {"file": LM_HEAD_FILE, "dtype": "float32", "shape": list(lm_shape)},
         "tokenizer": tokenizer_facts,

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ExportError
+from .softmax_guard import drop_softmax_nan_guards_in_file
 
 # Example sizes for tracing. Distinct and >= 2 so that dynamo neither specialises a dynamic dim to
 # 0/1 nor unifies two dims that happen to share a value. Run-time sizes are free (past may be 0).
@@ -127,7 +128,10 @@ def example_inputs(num_layers: int, num_kv_heads: int, head_dim: int, *, mask_4d
 
 def export_backbone(model: Any, onnx_path: Path, *, opset: int = 18, log=print) -> dict[str, Any]:
     """Export the backbone to `onnx_path` (+ `<name>.data` external weights); returns cache facts
-    and which attention_mask the graph takes ("4d", or "2d" for sliding-window models)."""
+    and which attention_mask the graph takes ("4d", or "2d" for sliding-window models).
+
+    The exported graph's softmax NaN guards are dropped (softmax_guard.py): the same numbers for
+    every query row that sees a column, one pass less over the attention weights per layer."""
     import torch
 
     from .manifest import uses_sliding_window
@@ -170,6 +174,7 @@ def export_backbone(model: Any, onnx_path: Path, *, opset: int = 18, log=print) 
     data_path = onnx_path.with_name(onnx_path.name + ".data")
     if not data_path.is_file():
         raise ExportError(f"the exporter wrote no external-data file {data_path.name}")
-    log(f"exported backbone in {time.perf_counter() - t0:.1f} s")
+    guards = drop_softmax_nan_guards_in_file(onnx_path)  # 4-D mask graphs; see softmax_guard.py
+    log(f"exported backbone in {time.perf_counter() - t0:.1f} s ({guards} softmax NaN guards dropped)")
     return {"num_layers": num_layers, "num_kv_heads": num_kv_heads, "head_dim": head_dim,
-            "attention_mask": "4d" if mask_4d else "2d"}
+            "attention_mask": "4d" if mask_4d else "2d", "softmax_nan_guards_dropped": guards}

@@ -61,6 +61,7 @@ from .int8_matmul import (ACTIVATIONS, EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, In
                           read_weight, write_u8u8_graph)
 from .manifest import LM_HEAD_FILE, MANIFEST_FILE, file_hashes, read_manifest, write_manifest
 from .ort_backbone import OrtBackbone, candidate_logits, restricted_softmax
+from .softmax_guard import drop_softmax_nan_guards_in_file
 from .tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE, candidate_ids, encode_prompt, render_chat
 
 EXCLUDED_MODULES = ("down_proj",)  # module-name suffixes whose MatMuls stay float32
@@ -576,7 +577,7 @@ def _load_check(prompts: list[list[int]], cands: list[int], p8: np.ndarray, k: i
 
 def _record(options: Int8Options, plan: SmoothingPlan, count: int, m: dict[str, Any], passed: bool, force: bool,
             seconds: float, source_sha256: str | None, load_check: dict[str, Any],
-            graphs: dict[str, str] | None) -> dict[str, Any]:
+            graphs: dict[str, str] | None, guards: int = 0) -> dict[str, Any]:
     """The manifest's `quantization` (docs/FORMAT.md)."""
     per_token = options.activations == "per_token"
     return {
@@ -595,6 +596,7 @@ def _record(options: Int8Options, plan: SmoothingPlan, count: int, m: dict[str, 
         "excluded": plan.float_modules,
         "smoothing": plan.record,
         "down_levels": options.down_levels if plan.record is not None else None,  # per-token levels of down_proj's input
+        "softmax_nan_guards_dropped": guards,  # those the float32 source still had (softmax_guard.py)
         "drift": m["drift"],
         "threshold": dict(THRESHOLD, decisive_margin=DECISIVE_MARGIN),
         "probabilities": m["probabilities"],  # (probes, candidates) restricted softmax, for judging flips by eye
@@ -692,6 +694,10 @@ def quantize_export(
     count = quantize_matmuls(src_onnx, out_onnx, exclude=set(plan.float_nodes), scale_rows=plan.scale_rows,
                              scale_cols=plan.scale_cols, activations=options.activations, fmt=fmt,
                              two_level=two_level, log=log)
+    # An export made before softmax_guard.py still guards its softmaxes; its INT8 graph does not.
+    guards = drop_softmax_nan_guards_in_file(out_onnx)
+    if guards:
+        log(f"dropped {guards} softmax NaN guards from the INT8 graph (softmax_guard.py)")
     graphs, cpu = None, cpu_describe()["class"]
     if options.activations == "per_token" and not fmt.exact_without_vnni:
         write_u8u8_graph(out_onnx, out_dir / INT8_U8U8_ONNX_FILE)
@@ -721,7 +727,7 @@ def quantize_export(
             f"{src_dir} keeps its float32 export. Use force=True (--force) to keep INT8 anyway."
         )
     quantization = _record(options, plan, count, m, passed, force, quant_seconds,
-                           manifest["files"].get(manifest["onnx_file"]), _load_check(prompts, cands, m["p8"]), graphs)
+                           manifest["files"].get(manifest["onnx_file"]), _load_check(prompts, cands, m["p8"]), graphs, guards)
     manifest = _install(out_dir, src_onnx, manifest, quantization, in_place)
     log(f"wrote {MANIFEST_FILE}: {out_dir} is a usable INT8 export")
     return manifest

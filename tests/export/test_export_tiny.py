@@ -23,8 +23,8 @@ from typed_decisions_export.selfcheck import TOLERANCES
 
 CHECKS = ("prefill", "left_padded_batch", "cached_step_1", "cached_step_3", "right_padded_suffixes")
 MANIFEST_KEYS = {
-    "format_version", "name", "architecture", "onnx_file", "attention_mask", "dtype", "opset", "quantization", "lm_head",
-    "tokenizer", "source", "versions", "export", "self_check", "files",
+    "format_version", "name", "architecture", "onnx_file", "attention_mask", "dtype", "opset", "graph_rewrites",
+    "quantization", "lm_head", "tokenizer", "source", "versions", "export", "self_check", "files",
 }
 ARCH_KEYS = {
     "model_type", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "hidden_size",
@@ -71,6 +71,14 @@ def test_directory_matches_format(tiny_exports, tiny_folders, arch):
     sliding = manifest["architecture"]["sliding_window"] is not None
     assert (manifest["attention_mask"], manifest["format_version"]) == (("2d", 1) if sliding else ("4d", 2))
     assert OrtBackbone(out / "model.onnx").mask_4d == (not sliding)
+    # A 4-D mask graph loses each layer's softmax NaN guard (softmax_guard.py; the self-check above
+    # compared it with transformers); the 2-D ones build their mask inside and keep theirs.
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node]
+    dropped = manifest["graph_rewrites"]["softmax_nan_guards_dropped"]
+    assert dropped == (0 if sliding else manifest["architecture"]["num_layers"])
+    assert sliding or "IsNaN" not in ops
     assert manifest["onnx_file"] == "model.onnx" and manifest["dtype"] == "float32"
     assert manifest["quantization"] is None
     assert manifest["source"]["kind"] == "hf_folder" and len(manifest["source"]["sha256"]) == 64
