@@ -130,6 +130,48 @@ def timed(fn: Callable[[], Any], trials: int, desc: str, before: Callable[[], An
     return times, out
 
 
+def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, before: dict[str, Callable[[], Any]] | None = None,
+                warmup: int = 1) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Time every system once per round, in turn, the order reversed every other round; ``before[s]``
+    runs untimed before each call of ``s``. A machine whose speed drifts during a run (by ~30 % within
+    minutes on one of this project's machines) then slows every system alike, and round i compares
+    calls made seconds apart. Returns (times per system, each system's last output).
+
+    >>> calls = []
+    >>> times, _ = interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3, warmup=0)
+    >>> calls, [len(t) for t in times.values()]
+    (['a', 'b', 'b', 'a', 'a', 'b'], [3, 3])
+    """
+    before = before or {}
+    names = list(fns)
+    out: dict[str, Any] = {}
+    for _ in range(warmup):
+        for name in names:
+            if name in before:
+                before[name]()
+            out[name] = fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in tqdm(range(rounds), desc="interleaved " + " / ".join(names), leave=False, file=sys.stderr):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            if name in before:
+                before[name]()
+            t0 = time.perf_counter()
+            out[name] = fns[name]()
+            times[name].append(time.perf_counter() - t0)
+    return times, out
+
+
+def round_ratios(peer: list[float], ours: list[float]) -> list[float]:
+    """Per round, the peer's time over ours (> 1: ours faster).
+
+    >>> round_ratios([2.0, 3.0, 4.5], [1.0, 2.0, 3.0])
+    [2.0, 1.5, 1.5]
+    """
+    if len(peer) != len(ours):
+        raise ValueError(f"{len(peer)} peer rounds vs {len(ours)} of ours")
+    return [p / o for p, o in zip(peer, ours)]
+
+
 # --------------------------------------------------------------------------- model files
 
 
@@ -599,6 +641,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--llama-max-dp", type=float, default=0.1,
                    help="largest |p_llama.cpp - p_ours fp32| accepted (quantized vs de-quantized weights; "
                         "measured 0.005-0.03 on the default model); above it the run fails")
+    p.add_argument("--interleave", type=int, default=0, metavar="N",
+                   help="also time ours (each --ours dtype) and llama.cpp (prefix reuse) in turn, N rounds per "
+                        "workload, all loaded at once: ratios that a drifting machine speed cannot skew")
     p.add_argument("--llama-no-reuse-max-tokens", type=int, default=20_000,
                    help="skip llama.cpp without prefix reuse on a workload with more context tokens")
     p.add_argument("--w5-clients", type=int, default=16, help="W5: concurrent HTTP clients")
@@ -849,6 +894,23 @@ def run_transformers_peers(run: Run, peers: set[str], mode: str) -> None:
     gc.collect()
 
 
+def _llama_cpp(run: Run, system: str) -> LlamaCpp | None:
+    """llama.cpp on the run's GGUF with a context for the longest readout context, or None (and why,
+    under ``skipped[system]``) when llama_cpp does not import or there is no GGUF."""
+    if run.args.llama_site and Path(run.args.llama_site).is_dir() and run.args.llama_site not in sys.path:
+        sys.path.append(run.args.llama_site)
+    try:
+        import llama_cpp  # noqa: F401
+    except Exception as e:  # ImportError, or a broken shared library
+        run.res["skipped"][system] = f"import llama_cpp failed: {type(e).__name__}: {e}"
+        return None
+    if run.gguf is None:
+        run.res["skipped"][system] = "no GGUF for this export"
+        return None
+    longest = max(len(c) for comp in run.compiled.values() for c in readout_plan(comp).contexts)
+    return LlamaCpp(run.gguf, run.args.threads, n_ctx=longest + 16)
+
+
 def run_llama_cpp(run: Run, mode: str) -> None:
     """llama-cpp-python on the GGUF, with and without its own prefix reuse.
 
@@ -857,18 +919,9 @@ def run_llama_cpp(run: Run, mode: str) -> None:
     number. Without reuse, a workload that would evaluate more than ``--llama-no-reuse-max-tokens``
     tokens is skipped (W4 re-evaluates 200 contexts of ~1,200 tokens: about an hour on 2 cores)."""
     run.rss.phase("llama_cpp")
-    if run.args.llama_site and Path(run.args.llama_site).is_dir():
-        sys.path.append(run.args.llama_site)
-    try:
-        import llama_cpp  # noqa: F401
-    except Exception as e:  # ImportError, or a broken shared library
-        run.res["skipped"]["llama_cpp"] = f"import llama_cpp failed: {type(e).__name__}: {e}"
+    lc = _llama_cpp(run, "llama_cpp")
+    if lc is None:
         return
-    if run.gguf is None:
-        run.res["skipped"]["llama_cpp"] = "no GGUF for this export"
-        return
-    longest = max(len(c) for comp in run.compiled.values() for c in readout_plan(comp).contexts)
-    lc = LlamaCpp(run.gguf, run.args.threads, n_ctx=longest + 16)
     run.res["llama_cpp_version"] = lc.version
     disagreements = []
     for wl, comp in run.peer_requests(mode):
@@ -895,6 +948,45 @@ def run_llama_cpp(run: Run, mode: str) -> None:
         raise SystemExit(f"llama.cpp disagrees with ours by more than --llama-max-dp "
                          f"{run.args.llama_max_dp}: {'; '.join(disagreements)} — the peer reads the "
                          "wrong logits, or the GGUF is not the one the export was made from")
+
+
+def run_interleaved(run: Run, mode: str) -> None:
+    """``--interleave N``: ours (each ``--ours`` dtype, cache off, the engine's default packing) and
+    llama.cpp (prefix reuse), all loaded at once, timed in turn for N rounds per peer workload
+    (``interleaved``). Recorded under ``interleaved.<wl>``; the ratios line gets
+    ``<wl>/interleaved/llama_cpp_prefix-reuse/ours_<dtype>``, the median over rounds of llama.cpp's
+    time over ours in the same round. llama.cpp's probabilities are held to ``--llama-max-dp`` against
+    each dtype's answers of this phase."""
+    from typed_decisions.decider import Decider
+
+    run.rss.phase("interleaved")
+    lc = _llama_cpp(run, "interleaved")
+    if lc is None:
+        return
+    peer = "llama_cpp_prefix-reuse"
+    decs = {dtype: Decider.from_dir(run.fp32_dir if dtype == "fp32" else run.int8_dir, label_mode=mode,
+                                    threads=run.args.threads) for dtype in run.args.ours.split(",")}
+    for dec in decs.values():
+        dec.run(workloads(run.tok)["W1"], label_mode=mode)  # first-run allocations, untimed
+    for wl, comp in run.peer_requests(mode):
+        plan = readout_plan(comp)
+        ctx, allowed, rq = list(plan.contexts), list(plan.allowed), run.reqs[wl]
+        fns: dict[str, Callable[[], Any]] = {
+            f"ours_{dtype}": (lambda dec=dec, rq=rq: dec.probabilities(rq, use_cache=False)) for dtype, dec in decs.items()}
+        fns[peer] = lambda: lc.logits(ctx, allowed, True)[0]
+        times, outs = interleaved(fns, run.args.interleave, before={peer: lc.llm.reset}, warmup=run.args.warmup)
+        theirs = probabilities_from(plan, outs[peer])
+        dps = {dtype: max(float(np.abs(theirs[k] - outs[f"ours_{dtype}"][k]).max()) for k in theirs) for dtype in decs}
+        if max(dps.values()) > run.args.llama_max_dp:
+            raise SystemExit(f"llama.cpp disagrees with ours on {wl}: max |dp| {dps} (> --llama-max-dp {run.args.llama_max_dp})")
+        entry: dict[str, Any] = {s: {**summarize(t), "times": [round(x, 4) for x in t]} for s, t in times.items()}
+        entry["ratio_per_round"] = {f"{peer}/ours_{dtype}": [round(r, 3) for r in round_ratios(times[peer], times[f"ours_{dtype}"])]
+                                    for dtype in decs}
+        entry["max_abs_dp_llama_cpp_vs_ours"] = dps  # per dtype of ours, the answers of this phase
+        run.res.setdefault("interleaved", {})[wl] = entry
+        run.save_partial()
+    decs.clear()
+    gc.collect()
 
 
 def finish(run: Run, mode: str, t_start: float) -> None:
@@ -926,6 +1018,8 @@ def main(argv: list[str] | None = None) -> int:
     if "llama_cpp" in peers and run.reqs:
         run_llama_cpp(run, names_mode)
         gc.collect()
+    if args.interleave and "llama_cpp" in peers and run.reqs:
+        run_interleaved(run, names_mode)
     if "W5" in run.wl_names:  # concurrent HTTP clients against `typed-decisions serve`
         run.rss.phase("W5")
         w5_dir = run.fp32_dir if run.w5_dtype == "fp32" else run.int8_dir
@@ -977,6 +1071,9 @@ def ratios(res: dict[str, Any], mode: str) -> dict[str, Any]:
         if b in w5:
             out[f"W5/{b}/errors"] = w5[b]["errors"]
             out[f"W5/{b}/all_equal_sequential"] = w5[b]["all_equal_sequential"]
+    for wl, entry in res.get("interleaved", {}).items():  # the same round's times: peer / ours
+        for key, rs in entry["ratio_per_round"].items():
+            out[f"{wl}/interleaved/{key}"] = round(float(np.median(rs)), 2)
     pf, peaks = res.get("prefill", {}), res.get("matmul_peaks_gflops", {})
     # Fraction of the physical limit: (tokens computed × FLOP per token) / time, over the GEMM peak of
     # the dtype measured in the same run (INT8 exports keep down_proj float32, so their true limit
@@ -1013,6 +1110,9 @@ def print_table(res: dict[str, Any]) -> None:
             print(f"{wl:8} {name:40} {r['median_s']:9.3f} {r.get('p95_s', float('nan')):8.3f} "
                   f"{r.get('tokens_computed', ''):>9} {r.get('tokens_logical', ''):>8} {r.get('prefill_gflops', ''):>8}",
                   file=sys.stderr)
+    for wl, entry in res.get("interleaved", {}).items():
+        medians = {k: round(v["median_s"], 3) for k, v in entry.items() if isinstance(v, dict) and "median_s" in v}
+        print(f"{wl:8} interleaved medians {medians}, peer/ours per round {entry['ratio_per_round']}", file=sys.stderr)
     print("prefill", res.get("prefill"), "\npeaks", res.get("matmul_peaks_gflops"), "\nrss MB", res.get("peak_rss_mb"),
           "\nskipped", res.get("skipped"), file=sys.stderr)
 

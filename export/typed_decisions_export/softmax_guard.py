@@ -46,6 +46,8 @@ def _scalar(graph: Any, name: str) -> float | None:
 
     for t in graph.initializer:
         if t.name == name:
+            if t.data_location == t.EXTERNAL:  # weights live there; a scalar constant never does here
+                return None
             a = numpy_helper.to_array(t)
             return float(a.reshape(-1)[0]) if a.size == 1 and a.dtype.kind == "f" else None
     for n in graph.node:
