@@ -36,27 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from .graph_index import GraphIndex
+
 MASK_INPUT = "attention_mask"
 LOWEST_BIAS = "attention_mask_bias_lowest"  # the new initializer: the lowest float32, not -inf
-
-
-def _scalar(graph: Any, name: str) -> float | None:
-    """The value of a one-element float constant (initializer or Constant node), else None."""
-    from onnx import numpy_helper
-
-    for t in graph.initializer:
-        if t.name == name:
-            if t.data_location == t.EXTERNAL:  # weights live there; a scalar constant never does here
-                return None
-            a = numpy_helper.to_array(t)
-            return float(a.reshape(-1)[0]) if a.size == 1 and a.dtype.kind == "f" else None
-    for n in graph.node:
-        if n.op_type == "Constant" and n.output[0] == name:
-            for attr in n.attribute:
-                if attr.name == "value":
-                    a = numpy_helper.to_array(attr.t)
-                    return float(a.reshape(-1)[0]) if a.size == 1 and a.dtype.kind == "f" else None
-    return None
 
 
 def _softmax_axis(node: Any) -> int:
@@ -74,18 +57,14 @@ def drop_softmax_nan_guards(graph: Any, mask_input: str = MASK_INPUT) -> int:
 
     if mask_input not in {i.name for i in graph.input}:
         return 0
-    producer = {o: n for n in graph.node for o in n.output}
-    consumers: dict[str, list[Any]] = {}
-    for n in graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-
+    g = GraphIndex(graph)
+    producer, consumers, scalar = g.producer, g.consumers, g.scalar
     lowest = float(np.finfo(np.float32).min)
 
     def is_bias(name: str) -> bool:  # Where(mask_input, 0, -inf), or already Where(mask_input, 0, lowest)
         w = producer.get(name)
         return (w is not None and w.op_type == "Where" and w.input[0] == mask_input
-                and _scalar(graph, w.input[1]) == 0.0 and _scalar(graph, w.input[2]) in (-np.inf, lowest))
+                and scalar(w.input[1]) == 0.0 and scalar(w.input[2]) in (-np.inf, lowest))
 
     def feeds_softmax_only(bias: str) -> bool:  # then lowest for -inf changes nothing else
         return all(a.op_type == "Add" and all(n.op_type == "Softmax" for n in consumers.get(a.output[0], []))
@@ -107,7 +86,7 @@ def drop_softmax_nan_guards(graph: Any, mask_input: str = MASK_INPUT) -> int:
             continue
         isnan, where = isnan[0], where[0]
         if (list(where.input) != [isnan.output[0], where.input[1], s.output[0]]
-                or _scalar(graph, where.input[1]) != 0.0 or consumers.get(isnan.output[0]) != [where]
+                or scalar(where.input[1]) != 0.0 or consumers.get(isnan.output[0]) != [where]
                 or where.output[0] in outputs or not feeds_softmax_only(bias[0])):
             continue
         guards.append((s, isnan, where, bias[0]))
@@ -115,7 +94,7 @@ def drop_softmax_nan_guards(graph: Any, mask_input: str = MASK_INPUT) -> int:
         return 0
     dropped = {id(n) for _, isnan, where, _ in guards for n in (isnan, where)}
     renamed = {where.output[0]: s.output[0] for s, _, where, _ in guards}  # the guard's output -> the softmax's
-    biases = {bias for *_, bias in guards if _scalar(graph, producer[bias].input[2]) == -np.inf}
+    biases = {bias for *_, bias in guards if scalar(producer[bias].input[2]) == -np.inf}
     infs = {producer[b].input[2] for b in biases}
     if biases:
         graph.initializer.append(numpy_helper.from_array(np.array(lowest, np.float32), LOWEST_BIAS))

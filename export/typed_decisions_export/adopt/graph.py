@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..graph_index import GraphIndex
 from .errors import AdoptError
 
 PAST_RE = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
@@ -47,40 +48,11 @@ class Head:
     tail: tuple[str, ...] = ()  # op types from the head to `logits`, in graph order
 
 
-class _Graph:
-    """Producer / constant look-ups over one graph."""
-
-    def __init__(self, graph):
-        from onnx import numpy_helper
-
-        self.graph = graph
-        self.producer = {out: node for node in graph.node for out in node.output}
-        self.initializers = {init.name: init for init in graph.initializer}
-        self._numpy = numpy_helper.to_array
-
-    def constant(self, name: str) -> np.ndarray | None:
-        """The value of `name` when it is an initializer or a Constant node's output, else None."""
-        if name in self.initializers:
-            return self._numpy(self.initializers[name])
-        node = self.producer.get(name)
-        if node is not None and node.op_type == "Constant":
-            for attr in node.attribute:
-                if attr.name == "value":
-                    return self._numpy(attr.t)
-                if attr.name in ("value_float", "value_int"):
-                    return np.array(attr.f if attr.name == "value_float" else attr.i)
-        return None
-
-    def scalar(self, name: str) -> float | None:
-        value = self.constant(name)
-        return float(value.reshape(())) if value is not None and value.size == 1 else None
-
-
 def _describe(node) -> str:
     return f"{node.op_type} '{node.name or node.output[0]}'" + (f" ({node.domain})" if node.domain else "")
 
 
-def _weight(g: _Graph, name: str, head) -> tuple[str, np.ndarray, bool]:
+def _weight(g: GraphIndex, name: str, head) -> tuple[str, np.ndarray, bool]:
     """(initializer name, (V, H) weight, stored (V, H)?) of `name`, the second input of the head
     node `head`, through Transpose and Cast nodes to a constant."""
     transposed = False
@@ -145,7 +117,7 @@ def _fold_tail(ops: list[tuple[str, float | None]]) -> tuple[float, float | None
 
 def find_head(graph) -> Head:
     """Walk back from `logits` to the LM head; fold the ops after it into (logit_scale, soft-cap)."""
-    g = _Graph(graph)
+    g = GraphIndex(graph)
     outputs = [o.name for o in graph.output]
     if LOGITS not in outputs:
         raise AdoptError(f"the graph has no '{LOGITS}' output (outputs: {', '.join(outputs[:6])}"
