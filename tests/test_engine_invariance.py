@@ -27,6 +27,7 @@ def test_one_answer_per_request(dtype, tiny_model_dir, tiny_int8_model_dir):
     assert d.engine.stats.runs > runs_before
 
 
+@pytest.mark.int8_u8s8("the per-tensor negative control (no u8*u8 twin)")
 def test_per_tensor_int8_depends_on_company(tiny_int8_per_tensor_dir):
     """The documented negative: per-tensor activation scales, batched like float32, move A's
     probabilities with its batch-mates and cache splits by far more than the tolerance."""
@@ -120,6 +121,7 @@ def test_int8_whose_probes_moved_is_refused(tiny_int8_model_dir, tmp_path):
         Decider.from_dir(_with_manifest(tiny_int8_model_dir, tmp_path / "m", tamper), threads=2)
 
 
+@pytest.mark.int8_u8s8("opens the per-tensor export to show the engine refuses it where it saturates")
 def test_per_tensor_int8_is_refused_where_it_saturates(tiny_int8_per_tensor_dir):
     from typed_decisions.cpu import cpu_class
     from typed_decisions.errors import EngineError

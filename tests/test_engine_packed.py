@@ -169,6 +169,7 @@ def test_long_blocks_run_alone_and_answer_the_same(tiny_model_dir):
         np.testing.assert_allclose(x, y, atol=TOL, rtol=0)
 
 
+@pytest.mark.int8_u8s8("opens the per-tensor negative control (packing only)")
 def test_int8_packs_by_default_but_not_with_per_tensor_scales(tiny_int8_model_dir, tiny_int8_per_tensor_dir):
     """Per-token INT8 packs (one request per row: tests/test_engine_invariance.py holds its answers
     to 1e-5 in any company); per-tensor scales would span a whole block, so those stay rows."""

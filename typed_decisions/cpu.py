@@ -12,6 +12,13 @@ through the u8·s8 kernel, every other class through a u8·u8 graph of the same 
 cannot saturate (export/…/int8_matmul.py, write_u8u8_graph; quantized.graph_file), so every
 class computes the same integers. The class is still recorded in the manifest and checked at load
 (quantized.py), because speed differs and the float32 parts of the graph may round differently.
+
+``TYPED_DECISIONS_CPU_CLASS`` (one of ``CLASSES``) makes this process act as that class: it picks
+the graph that class runs and records that class. It exists to test the AVX2 path on a VNNI/AMX
+machine: alone it checks the selection (the u8·u8 graph is loaded, nothing runs a u8·s8 graph of
+8-bit weights); under ``qemu-x86_64 -cpu EPYC-Rome``, whose CPUID has no AVX-512, ONNX Runtime
+also runs the real AVX2 kernels (docs/export.md, "Testing the AVX2 path"). /proc/cpuinfo cannot
+say which: qemu-user shows the host's flags.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import platform
 from pathlib import Path
 
 CLASSES = ("amx", "avx512-vnni", "avx2", "other")
+FORCE_ENV = "TYPED_DECISIONS_CPU_CLASS"
 
 
 def cpu_flags() -> set[str]:
@@ -42,8 +50,14 @@ def cpu_class(flags: set[str] | None = None) -> str:
     ('avx2', 'avx512-vnni', 'amx')
     >>> cpu_class({"avx2", "avx_vnni"})
     'avx512-vnni'
+
+    With no flags given, ``TYPED_DECISIONS_CPU_CLASS`` (if set) is the answer (module docstring).
     """
-    flags = cpu_flags() if flags is None else flags
+    if flags is None:
+        forced = forced_class()
+        if forced is not None:
+            return forced
+        flags = cpu_flags()
     if "amx_int8" in flags:
         return "amx"
     if "avx512_vnni" in flags or "avx_vnni" in flags:
@@ -51,6 +65,17 @@ def cpu_class(flags: set[str] | None = None) -> str:
     if "avx2" in flags:
         return "avx2"
     return "other"
+
+
+def forced_class() -> str | None:
+    """The class ``TYPED_DECISIONS_CPU_CLASS`` names, None when unset; an unknown name is an error
+    (a typo must not silently run the native class)."""
+    value = os.environ.get(FORCE_ENV, "").strip()
+    if not value:
+        return None
+    if value not in CLASSES:
+        raise ValueError(f"{FORCE_ENV}={value!r}: expected one of {', '.join(CLASSES)}")
+    return value
 
 
 def cpu_model() -> str:
@@ -67,7 +92,10 @@ def describe() -> dict[str, object]:
     """What a manifest records about the CPU a measurement ran on."""
     flags = cpu_flags()
     keep = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "amx_tile")
-    return {"class": cpu_class(flags), "model": cpu_model(), "flags": sorted(f for f in keep if f in flags)}
+    found: dict[str, object] = {"class": cpu_class(), "model": cpu_model(), "flags": sorted(f for f in keep if f in flags)}
+    if forced_class() is not None:
+        found["forced_by"] = f"{FORCE_ENV} (the flags are the host's)"
+    return found
 
 
 def usable_cores() -> int:
@@ -89,4 +117,4 @@ def usable_cores() -> int:
     return max(1, n)
 
 
-__all__ = ["CLASSES", "cpu_class", "cpu_flags", "cpu_model", "describe", "usable_cores"]
+__all__ = ["CLASSES", "FORCE_ENV", "cpu_class", "cpu_flags", "cpu_model", "describe", "forced_class", "usable_cores"]

@@ -154,6 +154,7 @@ def test_cli_int8_in_place_with_force(tiny_folders, tmp_path, capsys):
     assert manifest["self_check"]["graph"].startswith("model.onnx (float32")
 
 
+@pytest.mark.int8_u8s8("two per-tensor u8*s8 graphs compared on the same kernel")
 def test_streaming_quantizer_equals_onnxruntime_quantize_dynamic(smollm2_export, tmp_path):
     """Oracle: with per-tensor activations, int8_matmul writes the graph quantize_dynamic writes
     (per-channel, MatMul weights, down_proj excluded), so ONNX Runtime computes identical hidden
