@@ -14,11 +14,11 @@ import numpy as np
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from bench import workloads
 
-from typed_decisions import engine as E
+from typed_decisions.engine import schedule as E
 from typed_decisions.decider import Decider
 
 model, trials = sys.argv[1], int(sys.argv[2])
-whole = E._subtree
+whole = E.subtree
 variants = ("one_block", "per_level", "unpacked")
 ds = {v: Decider.from_dir(model, threads=2, packed=v != "unpacked", label_mode="names") for v in variants}
 wls = workloads(ds["unpacked"].tokenizer)
@@ -29,7 +29,7 @@ for wl in ("W2", "W4", "W4-5"):
         wall = {v: [] for v in variants}; cpu = {v: [] for v in variants}; probs = {}
         for trial in range(trials + 1):
             for v in variants:
-                E._subtree = (lambda n, pending: [n]) if v == "per_level" else whole
+                E.subtree = (lambda n, pending: [n]) if v == "per_level" else whole
                 d = ds[v]
                 if u and trial == 0:
                     d.engine.clear_cache()

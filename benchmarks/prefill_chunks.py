@@ -21,7 +21,8 @@ from bench import resolve_model  # noqa: E402
 
 from typed_decisions.cpu import describe  # noqa: E402
 from typed_decisions.decider import Decider  # noqa: E402
-from typed_decisions.engine import Engine, KVRows, _concat  # noqa: E402
+from typed_decisions.engine import Engine, KVRows  # noqa: E402
+from typed_decisions.engine.kv import concat as _concat  # noqa: E402
 
 
 class RestackingEngine(Engine):

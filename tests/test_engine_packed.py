@@ -2,7 +2,7 @@
 an independent transformers forward of each full prompt, within 1e-5 (float32).
 
 Packed: after a node's KV is ready, its pending subtree (question suffixes, label branches, or a
-whole request under a shared head) runs as one row with a tree mask (typed_decisions/tree_block.py).
+whole request under a shared head) runs as one row with a tree mask (typed_decisions/engine/tree_block.py).
 Unpacked: ``packed=False``, every node a row of its own (the engine before tree blocks).
 """
 

@@ -3,8 +3,12 @@
 The import graph is read from the sources with ``ast`` (nothing is imported to build it): an edge
 a → b for every ``import`` / ``from ... import`` in a, at module level or inside a function (a
 function-level import is still a dependency, only a later one), except those under ``if
-TYPE_CHECKING:``. Importing a submodule also runs its package's ``__init__``; that implicit edge
-is not counted, and the packages' ``__init__`` files import lazily or only their own children.
+TYPE_CHECKING:`` — unless the module uses what it imports that way at run time: it calls a
+method on a parameter annotated with such a type, or names the type outside an annotation. That is
+a run-time dependency hidden from a plain import graph (the INT8 load check once called
+``engine.next_token_logits`` through a type-only import of the engine, closing a cycle). Importing
+a submodule also runs its package's ``__init__``; that implicit edge is not counted, and the
+packages' ``__init__`` files import lazily or only their own children.
 """
 
 from __future__ import annotations
@@ -78,7 +82,84 @@ def _imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> s
             visit(child)
 
     visit(tree)
-    return found
+    return found | _type_only_used_at_run_time(tree, module, is_package, known)
+
+
+def _type_only_used_at_run_time(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """Modules imported under ``if TYPE_CHECKING:`` whose names the module uses at run time.
+
+    >>> code = ("from typing import TYPE_CHECKING\\nif TYPE_CHECKING:\\n    from .engine import Engine\\n"
+    ...         "def f(engine: Engine) -> Engine:\\n    return engine.next_token_logits([])\\n")
+    >>> sorted(_type_only_used_at_run_time(ast.parse(code), "p.q", False, {"p.engine", "p.q"}))
+    ['p.engine']
+    >>> quiet = code.replace("return engine.next_token_logits([])", "return engine.artifacts")
+    >>> sorted(_type_only_used_at_run_time(ast.parse(quiet), "p.q", False, {"p.engine", "p.q"}))
+    []
+    """
+    type_only: dict[str, str] = {}  # local name -> module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for stmt in node.body:
+                for name, target in _imported_names(stmt, module, is_package, known):
+                    type_only[name] = target
+    if not type_only:
+        return set()
+    annotations: set[int] = set()  # ids of AST nodes inside annotations or TYPE_CHECKING blocks
+    typed_params: dict[int, dict[str, str]] = {}  # function node id -> {param: module}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            annotations.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            params = {}
+            for a in args:
+                if a.annotation is not None:
+                    annotations.update(id(n) for n in ast.walk(a.annotation))
+                    names = {n.id for n in ast.walk(a.annotation) if isinstance(n, ast.Name)} & set(type_only)
+                    if names:
+                        params[a.arg] = type_only[next(iter(names))]
+            typed_params[id(node)] = params
+            if node.returns is not None:
+                annotations.update(id(n) for n in ast.walk(node.returns))
+        elif isinstance(node, ast.AnnAssign):
+            annotations.update(id(n) for n in ast.walk(node.annotation))
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in type_only and id(node) not in annotations:
+            used.add(type_only[node.id])
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = typed_params.get(id(node), {})
+            for call in ast.walk(node):
+                f = call.func if isinstance(call, ast.Call) else None
+                if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in params:
+                    used.add(params[f.value.id])
+    used.discard(module)
+    return used
+
+
+def _imported_names(stmt: ast.stmt, module: str, is_package: bool, known: set[str]) -> list[tuple[str, str]]:
+    """(local name, known module) for each name an import statement binds."""
+    out = []
+    if isinstance(stmt, ast.ImportFrom):
+        base = module.split(".")
+        base = base if is_package else base[:-1]
+        base = base[: len(base) - (stmt.level - 1)] if stmt.level else []
+        target = ".".join(base + ([stmt.module] if stmt.module else [])) if stmt.level else (stmt.module or "")
+        for alias in stmt.names:
+            sub = f"{target}.{alias.name}"
+            name = sub if sub in known else target
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                out.append((alias.asname or alias.name, name))
+    elif isinstance(stmt, ast.Import):
+        for alias in stmt.names:
+            name = alias.name
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                out.append((alias.asname or alias.name.split(".")[0], name))
+    return out
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -122,7 +203,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_sees_function_level_imports():
     graph = import_graph()
     assert "typed_decisions.evaluation.cli" in graph["typed_decisions.cli"]  # imported inside a function
-    assert "typed_decisions.decider" not in graph["typed_decisions.evaluation.presets"]  # TYPE_CHECKING only
+    assert "typed_decisions.artifacts" not in graph["typed_decisions.quantized"]  # TYPE_CHECKING, annotations only
+    # TYPE_CHECKING, but answer_preset(decider: Decider) calls decider.run: a run-time edge
+    assert "typed_decisions.decider" in graph["typed_decisions.evaluation.presets"]
     assert "typed_decisions.readout" in graph["typed_decisions.reducers"]
 
 

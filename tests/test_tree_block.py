@@ -1,4 +1,4 @@
-"""Tree blocks (typed_decisions/tree_block.py) against brute force, without a model.
+"""Tree blocks (typed_decisions/engine/tree_block.py) against brute force, without a model.
 
 The oracle is a toy causal attention stack in numpy (float64): every node's output computed from
 its own full prefix, one prefix at a time, is compared with ONE packed forward of the whole tree
@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from typed_decisions.tree_block import (
+from typed_decisions.engine.tree_block import (
     causal_mask,
     chain,
     depths,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ArtifactError
+from .quantized import graph_file, rows_independent
 
 FORMAT_VERSION = 2  # the newest this runtime reads; 1 differs only in a 2-D attention_mask
 SUPPORTED_FORMAT_VERSIONS = (1, 2)
@@ -67,6 +68,19 @@ class Artifacts:
     @property
     def quantization(self) -> dict[str, Any] | None:
         return self.manifest.get("quantization")
+
+    @property
+    def graph_path(self) -> Path:
+        """The graph this CPU runs: ``onnx_path``, or for an INT8 export with 8-bit weights on a CPU
+        without VNNI/AMX its u8·u8 twin (quantized.graph_file)."""
+        rel = graph_file(self.quantization)
+        return self.root / rel if rel else self.onnx_path
+
+    @property
+    def rows_independent(self) -> bool:
+        """Whether a row's result is independent of the other rows of a run, so rows may be
+        batched (quantized.rows_independent)."""
+        return rows_independent(self)
 
 
 def _verify_files(root: Path, files: dict[str, str]) -> None:

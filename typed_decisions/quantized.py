@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,7 +31,9 @@ from .readout import restricted_softmax
 
 if TYPE_CHECKING:
     from .artifacts import Artifacts
-    from .engine import Engine
+
+# logits(contexts, allowed) -> one float64 vector per context: the engine's, each context alone
+Logits = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], list[np.ndarray]]
 
 REFUSE_ABOVE = 0.02  # max |dp| on the load-check probes: the CPU computes something else
 WARN_ABOVE = 1e-4    # float rounding differs between kernels by ~1e-6; more deserves a look
@@ -76,17 +79,19 @@ def _exact_here(q: dict[str, Any], here: str) -> bool:
     return bool((q.get("integer_format") or {}).get("exact_without_vnni", q.get("row_independent", False)))
 
 
-def check_cpu(engine: Engine, here: str | None = None) -> dict[str, Any] | None:
+def check_cpu(artifacts: Artifacts, logits: Logits, here: str | None = None) -> dict[str, Any] | None:
     """Check an INT8 export against this CPU (see the module docstring); None for float32 exports.
+    ``logits`` computes the probes as the serving engine does, each probe alone (the engine runs
+    this after it is built).
 
     Returns what was found: ``{"cpu", "measured_on", "max_abs_prob" (None when not re-run)}``.
     """
-    q = engine.artifacts.quantization
+    q = artifacts.quantization
     if q is None:
         return None
     here = here or cpu_class()
     measured_on = (q.get("cpu") or {}).get("class")
-    name = engine.artifacts.root
+    name = artifacts.root
     if not q.get("row_independent", False) and here not in EXACT_CLASSES:
         raise EngineError(
             f"{name} is an INT8 export with per-tensor 8-bit activations; on this CPU (class {here}, no VNNI/AMX) "
@@ -103,9 +108,7 @@ def check_cpu(engine: Engine, here: str | None = None) -> dict[str, Any] | None:
     if check is None or measured_on == here:
         return found
     allowed = [check["candidates"]] * len(check["input_ids"])
-    ids = check["input_ids"]  # each probe its own owner: computed as it was recorded, alone
-    logits = engine.next_token_logits(ids, allowed, use_cache=False, owners=list(range(len(ids))))
-    probs = np.array([restricted_softmax(z) for z in logits])                    # (probes, candidates)
+    probs = np.array([restricted_softmax(z) for z in logits(check["input_ids"], allowed)])  # (probes, candidates)
     dp = float(np.abs(probs - np.asarray(check["probabilities"])).max())
     found["max_abs_prob"] = dp
     message = (f"{name}: INT8 drift measured on a {measured_on} CPU, serving on {here}: the recorded probes "
@@ -118,4 +121,4 @@ def check_cpu(engine: Engine, here: str | None = None) -> dict[str, Any] | None:
     return found
 
 
-__all__ = ["EXACT_CLASSES", "REFUSE_ABOVE", "WARN_ABOVE", "check_cpu", "graph_file", "rows_independent"]
+__all__ = ["EXACT_CLASSES", "Logits", "REFUSE_ABOVE", "WARN_ABOVE", "check_cpu", "graph_file", "rows_independent"]

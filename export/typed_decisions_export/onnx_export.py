@@ -7,7 +7,7 @@ multiplies the last hidden state by a handful of LM-head rows, never by the whol
 
 `attention_mask` is 4-D, (B, 1, T, P + T) bool, True = attend (format version 2): transformers
 uses a 4-D mask as is (masking_utils' `_preprocess_mask_arguments` returns early), so the runtime
-decides who sees whom and can lay a tree of contexts out in one row (typed_decisions/tree_block.py).
+decides who sees whom and can lay a tree of contexts out in one row (typed_decisions/engine/tree_block.py).
 Sliding-window models keep the 2-D (B, P + T) padding mask (format version 1): a 4-D mask would
 bypass the sliding mask that transformers builds from the 2-D one.
 

@@ -34,7 +34,7 @@ class OrtBackbone:
 
     def mask_feed(self, attention_mask: np.ndarray, seq: int) -> np.ndarray:
         """The graph's attention_mask from a 2-D padding mask (B, P + T): as is, or its causal 4-D form."""
-        from typed_decisions.tree_block import causal_mask
+        from typed_decisions.engine.tree_block import causal_mask
 
         return causal_mask(attention_mask, seq) if self.mask_4d else attention_mask.astype(np.int64)
 

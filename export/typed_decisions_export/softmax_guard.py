@@ -18,7 +18,7 @@ score is -inf and softmax is never NaN, so the guard has nothing left to do:
   |s| far below float32's ulp there (~2e31), and exp(lowest - max) is 0 just as exp(-inf) is: the
   same probabilities to the bit (tests/export/test_softmax_guard.py holds a graph to it);
 - a fully masked row gets finite weights instead of zeros. The runtime's masks have no such row
-  (every query sees itself, typed_decisions/tree_block.py); a left-padded batch does (a padding
+  (every query sees itself, typed_decisions/engine/tree_block.py); a left-padded batch does (a padding
   token sees nothing), and then that padding row's output changes while every real row masks its
   column out with weight exactly 0.
 

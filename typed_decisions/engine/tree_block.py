@@ -1,6 +1,6 @@
 """Tree blocks: several nodes of a call's radix tree computed as ONE row of tokens (tree attention).
 
-The engine's radix tree (engine.py) has, under a request's state, one node per question suffix and
+The engine's radix tree (radix_tree.py) has, under a request's state, one node per question suffix and
 below each suffix the branches of its label trie. Run as ordinary rows, every node is a row that
 carries its own copy of its parent's KV. A *block* instead lays the pending subtree of one ready
 node out as a single row of Q tokens, in depth-first order, over ONE copy of that node's past

@@ -1,0 +1,65 @@
+"""The prefix cache: whole-prefix KV (one row, from position 0) and its last hidden state, kept
+across calls in an LRU with a byte budget. Thread-safe; a prefix larger than the budget is not kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from .kv import KVRows
+
+
+class PrefixCache:
+    """LRU of token prefix → (KV rows, last hidden state), at most ``budget`` bytes of KV.
+
+    >>> cache = PrefixCache(budget=100)
+    >>> kv = KVRows([np.zeros((1, 1, 2, 2), np.float32)], [np.zeros((1, 1, 2, 2), np.float32)],
+    ...             np.ones((1, 2), np.int64), np.array([2]))
+    >>> cache.put((1, 2), kv, np.zeros(3)); cache.get((1, 2)) is not None, cache.get((1,)), cache.used
+    (True, None, 48)
+    """
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self._entries: OrderedDict[bytes, tuple[KVRows, np.ndarray]] = OrderedDict()
+        self.used = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(tokens: Sequence[int]) -> bytes:
+        return np.asarray(tokens, dtype=np.int32).tobytes()
+
+    def get(self, tokens: Sequence[int]) -> tuple[KVRows, np.ndarray] | None:
+        key = self._key(tokens)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, tokens: Sequence[int], kv: KVRows, hidden: np.ndarray) -> None:
+        size = kv.nbytes
+        if self.budget <= 0 or size > self.budget:
+            return
+        key = self._key(tokens)
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return
+            self._entries[key] = (kv, hidden)
+            self.used += size
+            while self.used > self.budget:
+                _, (old, _) = self._entries.popitem(last=False)
+                self.used -= old.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.used = 0
+
+
+__all__ = ["PrefixCache"]
