@@ -79,18 +79,13 @@ def _exact_here(q: dict[str, Any], here: str) -> bool:
     return bool((q.get("integer_format") or {}).get("exact_without_vnni", q.get("row_independent", False)))
 
 
-def check_cpu(artifacts: Artifacts, logits: Logits, here: str | None = None) -> dict[str, Any] | None:
-    """Check an INT8 export against this CPU (see the module docstring); None for float32 exports.
-    ``logits`` computes the probes as the serving engine does, each probe alone (the engine runs
-    this after it is built).
-
-    Returns what was found: ``{"cpu", "measured_on", "max_abs_prob" (None when not re-run)}``.
-    """
+def refuse_where_inexact(artifacts: Artifacts, here: str | None = None) -> None:
+    """Refuse an INT8 export whose integers this CPU class cannot compute (see the module
+    docstring), before any of its graphs is loaded; nothing for float32 exports."""
     q = artifacts.quantization
     if q is None:
-        return None
+        return
     here = here or cpu_class()
-    measured_on = (q.get("cpu") or {}).get("class")
     name = artifacts.root
     if not q.get("row_independent", False) and here not in EXACT_CLASSES:
         raise EngineError(
@@ -103,6 +98,22 @@ def check_cpu(artifacts: Artifacts, logits: Logits, here: str | None = None) -> 
             f"{name} is an INT8 export with 8-bit weights and no u8*u8 graph; on this CPU (class {here}, no VNNI/AMX) "
             f"its u8*s8 products saturate int16 and its answers are wrong. Re-quantize it with this version "
             f"(it writes {name}/model.int8.u8u8.onnx for such CPUs) or serve the float32 export.")
+
+
+def check_cpu(artifacts: Artifacts, logits: Logits, here: str | None = None) -> dict[str, Any] | None:
+    """Check an INT8 export against this CPU (see the module docstring); None for float32 exports.
+    ``logits`` computes the probes as the serving engine does, each probe alone (the engine runs
+    this after it is built, and ``refuse_where_inexact`` before).
+
+    Returns what was found: ``{"cpu", "measured_on", "max_abs_prob" (None when not re-run)}``.
+    """
+    q = artifacts.quantization
+    if q is None:
+        return None
+    here = here or cpu_class()
+    refuse_where_inexact(artifacts, here)
+    measured_on = (q.get("cpu") or {}).get("class")
+    name = artifacts.root
     check = q.get("load_check")
     found: dict[str, Any] = {"cpu": here, "measured_on": measured_on, "max_abs_prob": None}
     if check is None or measured_on == here:
@@ -121,4 +132,4 @@ def check_cpu(artifacts: Artifacts, logits: Logits, here: str | None = None) -> 
     return found
 
 
-__all__ = ["EXACT_CLASSES", "Logits", "REFUSE_ABOVE", "WARN_ABOVE", "check_cpu", "graph_file", "rows_independent"]
+__all__ = ["EXACT_CLASSES", "Logits", "REFUSE_ABOVE", "WARN_ABOVE", "check_cpu", "graph_file", "refuse_where_inexact", "rows_independent"]

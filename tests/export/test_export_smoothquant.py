@@ -211,13 +211,13 @@ def test_fused_kernel_gives_the_unfused_numbers_to_the_bit(tmp_path, rows):
     assert write_u8u8_graph(tmp_path / "u.onnx", tmp_path / "u.u8u8.onnx") == 3
     h = np.random.default_rng(7).normal(size=(*rows, HIDDEN)).astype(np.float32)
     h[..., 0, 1] *= 40.0
-    fused, unfused = _run(tmp_path / "q.onnx", h), _run(tmp_path / "u.onnx", h)
+    from td_int8 import graph_this_cpu_runs
+
+    # the graphs this class runs: u8*s8 where that kernel is exact, else the twins written above
+    fused, unfused = _run(graph_this_cpu_runs(tmp_path / "q.onnx"), h), _run(graph_this_cpu_runs(tmp_path / "u.onnx"), h)
     np.testing.assert_array_equal(fused, unfused)
     np.testing.assert_array_equal(_run(tmp_path / "q.u8u8.onnx", h), _run(tmp_path / "u.u8u8.onnx", h))
-    from typed_decisions.cpu import cpu_class
-
-    if cpu_class() != "avx2":  # where the u8*s8 kernel is exact, both graphs give the same numbers
-        np.testing.assert_array_equal(_run(tmp_path / "q.u8u8.onnx", h), fused)
+    np.testing.assert_array_equal(_run(tmp_path / "q.u8u8.onnx", h), fused)  # both graphs, the same integers
 
 
 @pytest.mark.parametrize("rows", [(1, 1), (1, 7), (3, 5)])
@@ -251,18 +251,20 @@ def test_blocked_quantize_linear_gives_the_four_op_integers_to_the_bit(tmp_path,
     h = np.random.default_rng(11).normal(size=(*rows, HIDDEN)).astype(np.float32)
     h[..., 0, 1] *= 40.0
     h[0, 0] = [127.0, 2.5, 3.5, -0.5, 0.5, 1.5, -2.5, 4.5]
-    for graph in ("{}.onnx", "{}.u8u8.onnx"):
-        np.testing.assert_array_equal(_run(tmp_path / graph.format("new"), h), _run(tmp_path / graph.format("old"), h))
+    from td_int8 import graph_this_cpu_runs
+
+    for graph in ("{}.onnx", "{}.u8u8.onnx"):  # the first: u8*s8 where that kernel is exact, else the twin
+        np.testing.assert_array_equal(_run(graph_this_cpu_runs(tmp_path / graph.format("new")), h),
+                                      _run(graph_this_cpu_runs(tmp_path / graph.format("old")), h))
 
 
 def test_opset_is_raised_to_21_only_where_no_node_changes_meaning(tmp_path):
     """Graphs below opset 18 (Reduce* axes and Split's outputs were attributes) and graphs holding
     an op whose meaning changed by 21 (GroupNormalization) keep their opset and get the four-op
-    quantization — the same numbers as the blocked form; an opset-18 graph is raised to 21."""
+    quantization — the same numbers as the blocked form; an opset-18 graph is raised to 21. 7-bit
+    weights (exact on every CPU class): an opset-17 graph has no u8*u8 twin (BitwiseXor is 18)."""
     import onnx
     from onnx import helper
-
-    from typed_decisions_export.int8_matmul import IntegerFormat
 
     _mlp_graph(tmp_path / "m.onnx")
     m17 = onnx.load(str(tmp_path / "m.onnx"))
@@ -273,7 +275,7 @@ def test_opset_is_raised_to_21_only_where_no_node_changes_meaning(tmp_path):
     onnx.save(gn, str(tmp_path / "gn.onnx"))
     opsets = {}
     for name in ("m", "m17", "gn"):
-        quantize_matmuls(tmp_path / f"{name}.onnx", tmp_path / f"q_{name}.onnx", exclude=set(), fmt=IntegerFormat(127, 127),
+        quantize_matmuls(tmp_path / f"{name}.onnx", tmp_path / f"q_{name}.onnx", exclude=set(), fmt=EXACT_EVERYWHERE_FORMAT,
                          log=lambda m: None)
         q = onnx.load(str(tmp_path / f"q_{name}.onnx"), load_external_data=False)
         opsets[name] = (next(o.version for o in q.opset_import if o.domain == ""),

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..artifacts import Artifacts
 from ..errors import EngineError
-from ..quantized import check_cpu
+from ..quantized import check_cpu, refuse_where_inexact
 from ..readout import streaming_logsumexp
 from . import schedule
 from .backbone import Backbone
@@ -82,6 +82,8 @@ class Engine:
                  prefill_chunk: int = 2048, cpu_check: bool = True, packed: bool | None = None,
                  solo_tokens: int = 256):
         self.artifacts = artifacts
+        if cpu_check:  # an INT8 graph whose integers this CPU cannot compute is never loaded
+            refuse_where_inexact(artifacts)
         self.backbone = Backbone(artifacts, threads=threads, providers=providers)
         # Tree blocks (tree_block.py) when the graph takes the 4-D mask; ``packed_reason`` says
         # why not otherwise. packed=True forces them on per-tensor INT8 (for studies), packed=False
