@@ -120,6 +120,12 @@ def test_8_bit_weights_without_a_u8u8_graph_are_refused_without_vnni(smollm2_int
     (dst / "model.int8.u8u8.onnx").unlink()
     (dst / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setattr(quantized, "cpu_class", lambda: "avx2")
+    import typed_decisions.engine.backbone as backbone
+
+    def never(*args, **kwargs):
+        raise AssertionError("a graph of an export this CPU cannot compute was loaded")
+
+    monkeypatch.setattr(backbone.ort, "InferenceSession", never)  # refused before any graph is loaded
     with pytest.raises(EngineError, match="no u8\\*u8 graph"):
         Decider.from_dir(dst, threads=2)
 
