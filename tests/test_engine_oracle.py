@@ -171,9 +171,13 @@ def test_single_option_choice_has_probability_one(tiny_decider):
     assert resp.answers["only"].probabilities == {"the one": 1.0}
 
 
-def test_empty_questions_return_empty_answers(tiny_decider):
-    resp = tiny_decider.run({"model": "m", "state": "x", "questions": {}})
-    assert resp.answers == {} and resp.usage.input_tokens == 0
+def test_empty_questions_are_refused_before_the_engine(tiny_decider):
+    from typed_decisions.errors import InvalidRequestError
+
+    runs = tiny_decider.engine.stats.runs
+    with pytest.raises(InvalidRequestError, match="at least one question"):
+        tiny_decider.run({"model": "m", "state": "x", "questions": {}})
+    assert tiny_decider.engine.stats.runs == runs
 
 
 def test_root_equal_to_a_cached_checkpoint(tiny_model_dir):

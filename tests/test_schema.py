@@ -34,9 +34,12 @@ def test_valid_request_round_trips():
     (req(u={"type": "noul"}), ("questions", "u"), "instructions"),
     (req(u={"type": "noul", "instructions": "x", "colour": 1}), ("questions", "u", "colour"), "Extra inputs"),
     (req(u={"type": "maybe", "instructions": "x"}), ("questions", "u"), "type"),
-    ({"model": "m", "questions": {}}, ("state",), "Field required"),
-    ({"model": "m", "state": "s", "questions": {}, "temperature": 0.7}, (), "sampling parameter"),
-    ({"model": "m", "state": "s", "questions": {}, "assets": {"x": {"type": "image"}}}, ("assets",), "multimodal"),
+    ({"model": "m", "questions": {"u": {"type": "noul", "instructions": "x"}}}, ("state",), "Field required"),
+    ({"model": "m", "state": "s", "questions": {"u": {"type": "noul", "instructions": "x"}}, "temperature": 0.7}, (), "sampling parameter"),
+    ({"model": "m", "state": "s", "questions": {"u": {"type": "noul", "instructions": "x"}}, "assets": {"x": {"type": "image"}}}, ("assets",), "multimodal"),
+    ({"model": "m", "state": "s", "questions": {}}, ("questions",), "at least one question"),
+    ({"model": "m", "state": "s", "questions": {"u": {"type": "noul", "instructions": "x"}}, "colour": 1}, ("colour",), "Extra inputs"),
+    (req(where={"type": "box", "instructions": "the cat"}), ("questions", "where"), "text-only model"),
 ])
 def test_errors_name_the_field(payload, loc, fragment):
     err = error_of(payload)
@@ -49,8 +52,13 @@ def test_sampling_parameter_inside_question_is_refused():
     assert err.loc == ("questions", "u") and "top_p" in err.msg
 
 
-def test_empty_questions_are_allowed():
-    assert parse_request(req()).questions == {}
+def test_x_extension_fields_pass_and_are_not_read():
+    """The spec's extension namespace: x_* at the top level is accepted (and not read); every
+    other unknown field is still refused (the list above)."""
+    r = parse_request({**req(u={"type": "noul", "instructions": "x"}), "x_trace": {"id": 7}, "x_client": "sdk"})
+    assert list(r.questions) == ["u"] and "x_trace" not in r.model_dump()
+    err = error_of({**req(u={"type": "noul", "instructions": "x", "x_note": 1})})  # not inside a question
+    assert err.loc == ("questions", "u", "x_note")
 
 
 def test_render_content_is_compact_json_in_key_order():

@@ -205,6 +205,21 @@ def test_corrupt_unknown_and_oversized_bodies():
         assert r.status_code == 413 and r.headers[RID]
 
 
+def test_the_spec_s_request_shape_rules():
+    """Conformance fixes (#33): no questions is a 422 naming 'questions'; a 'box' question gets
+    the text-only model's message, as 'assets' does; x_* extension fields pass and change nothing."""
+    with _client() as c:
+        (d,) = _detail(c.post("/v1/systemone", json=_request(questions={})))
+        assert d["loc"] == ["body", "questions"] and "at least one question" in d["msg"]
+        box = _request(questions={"where": {"type": "box", "instructions": "the invoice total"}})
+        (d,) = _detail(c.post("/v1/systemone", json=box))
+        assert d["loc"] == ["body", "questions", "where"] and "text-only model" in d["msg"]
+        plain = c.post("/v1/systemone", json=_request())
+        extended = c.post("/v1/systemone", json={**_request(), "x_trace_id": "abc", "x_client": {"v": 1}})
+        assert plain.status_code == extended.status_code == 200
+        assert extended.json()["answers"] == plain.json()["answers"]
+
+
 def test_invalid_json_and_validation_errors_are_422_with_field_paths():
     with _client() as c:
         r = c.post("/v1/systemone", content=b"{not json", headers={"content-type": "application/json"})

@@ -24,8 +24,9 @@ Response::
                               "legend": {"0": "low", "1": "medium", "2": "high"},
                               "probabilities": {"0": 0.2, "1": 0.4, "2": 0.4}}}}
 
-Unknown fields are rejected everywhere (``extra="forbid"``); sampling parameters get a message of
-their own, because this engine never generates text.
+Unknown fields are rejected everywhere (``extra="forbid"``) except the top-level ``x_*`` extension
+namespace, which is accepted and not read; sampling parameters get a message of their own, because
+this engine never generates text (docs/deploy.md lists these differences from the spec).
 """
 
 from __future__ import annotations
@@ -162,6 +163,8 @@ class Score(_Strict):
 Question = Annotated[Union[Noul, Choice, Score], Field(discriminator="type")]
 
 
+IMAGE_QUESTION_TYPES = frozenset({"box"})  # System One types that need an image: refused by name
+
 Debias = Literal["none", "rotate"]
 Include = Literal["label_mass"]
 
@@ -213,9 +216,31 @@ class DecisionRequest(_Strict):
     include: list[Include] | None = None
     examples: list[Example] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _extensions_and_image_questions(cls, data: Any) -> Any:
+        """``x_*`` top-level fields are the wire format's extension namespace: accepted and not
+        read (every other unknown field is refused, docs/deploy.md). A question type that needs
+        an image (``box``) is refused by name, like ``assets``."""
+        if not isinstance(data, dict):
+            return data
+        questions = data.get("questions")
+        if isinstance(questions, dict):
+            for name, q in questions.items():
+                kind = q.get("type") if isinstance(q, dict) else None
+                if isinstance(kind, str) and kind in IMAGE_QUESTION_TYPES:
+                    raise InvalidRequestError(
+                        f"question {name!r} is a {kind!r} question, which locates things in an image: it "
+                        "needs a multimodal model; this server runs a text-only model. Ask a noul, choice or "
+                        "score question about the state instead.", ("questions", name))
+        return {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x_"))}
+
     @field_validator("questions")
     @classmethod
     def _names(cls, questions: dict[str, Any]) -> dict[str, Any]:
+        if not questions:
+            raise ValueError("a request needs at least one question: 'questions' maps names to noul, choice "
+                             "or score questions")
         for name in questions:
             if not name:
                 raise ValueError("question names must be non-empty strings")

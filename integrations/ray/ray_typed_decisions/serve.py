@@ -72,8 +72,9 @@ def routing_key(request: DecisionRequest) -> str:
     The prefix cache is keyed by the prompt's shared prefix (chat template + state; the questions
     come after it), so requests with equal states share it whatever they ask.
 
-    >>> a = DecisionRequest.model_validate({"model": "m", "state": {"x": 1, "y": 2}, "questions": {}})
-    >>> b = DecisionRequest.model_validate({"model": "m", "state": {"y": 2, "x": 1}, "questions": {}})
+    >>> q = {"u": {"type": "noul", "instructions": "Urgent?"}}
+    >>> a = DecisionRequest.model_validate({"model": "m", "state": {"x": 1, "y": 2}, "questions": q})
+    >>> b = DecisionRequest.model_validate({"model": "m", "state": {"y": 2, "x": 1}, "questions": q})
     >>> routing_key(a) == routing_key(b), len(routing_key(a))
     (True, 64)
     """
