@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install every distribution of this repository editable (runtime with its server,
+# Create .venv and install every distribution of this repository editable (runtime with its server, fit,
 # client, eval and test extras, the export step, the integrations). Idempotent: skipped when nothing changed.
 # torch is installed first and pinned (torch==2.13.0, a CPU wheel pip finds on these machines), so
 # no requirement can pull a multi-GB CUDA build.
@@ -13,7 +13,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 pip() { .venv/bin/python -m pip "$@"; }
 pip install -q --upgrade pip
 pip install -q torch==2.13.0
-args=(-e ".[server,client,eval,test]" -e ./export)
+args=(-e ".[server,client,eval,fit,test]" -e ./export)
 for d in integrations/*/; do [ -f "$d/pyproject.toml" ] && args+=(-e "${d%/}[test]"); done
 pip install -q "${args[@]}"
 .venv/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"

@@ -210,6 +210,12 @@ def _cmd_calibrate(argv: list[str]) -> int:
     return int(main_calibrate(argv) or 0)
 
 
+def _cmd_fit(argv: list[str]) -> int:
+    from .evaluation.fit import main_fit
+
+    return int(main_fit(argv) or 0)
+
+
 def _cmd_presets(argv: list[str]) -> int:
     from .evaluation.cli import main_presets
 
@@ -227,6 +233,7 @@ COMMANDS = {
     "keys": (_cmd_keys, "issue (printed once), list and revoke the server's API keys (stored hashed)"),
     "eval": (_cmd_eval, "evaluate a question on labelled data: accuracy, NLL, ECE, risk-coverage, order bias"),
     "calibrate": (_cmd_calibrate, "fit a calibration file on a dataset's calibration split, report on test"),
+    "fit": (_cmd_fit, "fit a head on labelled rows (hidden state + zero-shot log-probs) into a preset"),
     "presets": (_cmd_presets, "list, show and answer versioned question presets"),
 }
 

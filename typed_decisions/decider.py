@@ -27,18 +27,24 @@ from . import debias as debiasing
 from . import reducers
 from .artifacts import Artifacts, load_artifacts
 from .calibration import CalibrationFile, calibrate
-from .compiler import CompiledQuestion, CompiledRequest, Compiler, LabelMode
+from .compiler import CompiledQuestion, CompiledRequest, Compiler, LabelMode, resolve_label_mode
 from .debias import MAX_ROTATIONS, Debias
 from .engine import Engine
-from .explain import (CONFIDENCE_MEANING, DebiasExplanation, DroppedText, Explanation, LabelPath, LabelToken,
-                      OptionExplanation, QuestionExplanation, RotationExplanation, TokenAccount, TrieNode)
+from .explain import (CONFIDENCE_MEANING, DebiasExplanation, DroppedText, Explanation, FittedExplanation, LabelPath,
+                      LabelToken, OptionExplanation, QuestionExplanation, RotationExplanation, TokenAccount, TrieNode)
 from .exports import locate
+from .fit import check_rows_per_class, fit_head
+from .fitted import FitReport, FittedHead, head_features
 from .errors import InvalidRequestError
 from .readout import LabelTrie, option_probabilities, path_probabilities
 from .readout import label_mass as mass_on_labels
 from .reducers import ConfidenceKind
-from .schema import Answer, Content, DecisionRequest, DecisionResponse, Example, Question, Usage
+from .schema import Answer, Content, DecisionRequest, DecisionResponse, Example, Question, Usage, json_sha256
 from .tokenization import ChatTemplate, TextTokenizer
+
+
+PROMPT_STATE = "<state>"  # the placeholder state a prompt's identity is compiled with (Decider.prompt_sha256)
+PROMPT_INSTRUCTIONS = "<instructions>"  # and the placeholder question text of a head fitted on rows' own texts
 
 
 def parse_request(data: DecisionRequest | Mapping[str, Any]) -> DecisionRequest:
@@ -66,6 +72,8 @@ class Readout:
     With ``debias="rotate"`` the question's other option orders are ``rotations`` (each a Readout
     of its own prompt); ``probabilities`` is then their average (``debias.average``).
     ``label_mass``: this prompt's share of the full softmax on the root's tokens, when asked for.
+    ``hidden``: the hidden state (H,) at the answer position (the root's context), when asked for
+    (a fitted head reads it, ``fitted.py``).
     """
 
     question: CompiledQuestion
@@ -73,6 +81,7 @@ class Readout:
     node_logits: dict[tuple[int, ...], np.ndarray]
     rotations: tuple[Readout, ...] = ()
     label_mass: float | None = None
+    hidden: np.ndarray | None = None
 
     def own_probabilities(self) -> np.ndarray:
         """This prompt's option probabilities (the order as listed when it is rotation 0)."""
@@ -106,9 +115,11 @@ class ReadoutPlan:
     where: tuple[tuple[int, int, tuple[int, ...]], ...]   # (request, unit, trie node), per readout
 
     def readouts(self, logits: Sequence[np.ndarray],
-                 masses: Mapping[tuple[int, int], float] | None = None) -> list[list[Readout]]:
+                 masses: Mapping[tuple[int, int], float] | None = None,
+                 hiddens: Mapping[tuple[int, int], np.ndarray] | None = None) -> list[list[Readout]]:
         """The readouts of every question of every request, given one logit vector per context
-        (and, when label mass was read, the mass per (request, unit))."""
+        (and, when label mass was read, the mass per (request, unit); when hidden states were
+        kept, the root's per (request, unit))."""
         node_logits: list[list[dict[tuple[int, ...], np.ndarray]]] = [
             [{} for _ in comp.units()] for comp in self.compiled]
         for (ri, ui, u), z in zip(self.where, logits):
@@ -117,13 +128,14 @@ class ReadoutPlan:
         for ri, comp in enumerate(self.compiled):
             units = comp.units()
             reads = [Readout(q, self.tries[ri][ui], node_logits[ri][ui],
-                             label_mass=None if masses is None else masses.get((ri, ui)))
+                             label_mass=None if masses is None else masses.get((ri, ui)),
+                             hidden=None if hiddens is None else hiddens.get((ri, ui)))
                      for ui, (_, _, q) in enumerate(units)]
             rotated: list[list[Readout]] = [[] for _ in comp.questions]
             for (qi, rot, _), r in zip(units, reads):
                 if rot > 0:
                     rotated[qi].append(r)
-            out.append([Readout(r.question, r.trie, r.node_logits, tuple(rotated[qi]), r.label_mass)
+            out.append([Readout(r.question, r.trie, r.node_logits, tuple(rotated[qi]), r.label_mass, r.hidden)
                         for qi, r in enumerate(reads[: len(comp.questions)])])
         return out
 
@@ -132,12 +144,14 @@ class ReadoutPlan:
         return [i for i, (_, _, u) in enumerate(self.where) if u == ()]
 
 
-def plan_readout(compiled: Sequence[CompiledRequest], *, read_roots: bool = False) -> ReadoutPlan:
+def plan_readout(compiled: Sequence[CompiledRequest], *, read_roots: bool | Sequence[bool] = False) -> ReadoutPlan:
     """Build the label tries of every question and the contexts the engine must read.
 
-    ``read_roots``: read every trie's root even when it has one child (the label mass needs the
-    hidden state there); its logits then only confirm probability 1.
+    ``read_roots`` (for every request, or one flag per request): read every trie's root even when
+    it has one child (the label mass and a fitted head need the hidden state there); its logits
+    then only confirm probability 1.
     """
+    roots = [read_roots] * len(compiled) if isinstance(read_roots, bool) else list(read_roots)
     contexts: list[tuple[int, ...]] = []
     allowed: list[tuple[int, ...]] = []
     where: list[tuple[int, int, tuple[int, ...]]] = []
@@ -148,7 +162,7 @@ def plan_readout(compiled: Sequence[CompiledRequest], *, read_roots: bool = Fals
             trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
             request_tries.append(trie)
             for u, kids in trie.internal_nodes():
-                if len(kids) == 1 and not (read_roots and u == ()):
+                if len(kids) == 1 and not (roots[ri] and u == ()):
                     continue  # a single child has probability 1: no readout needed
                 contexts.append(comp.prefix_ids + q.suffix_ids + u)
                 allowed.append(kids)
@@ -206,6 +220,24 @@ def _explain_question(r: Readout, answer: Answer, question: Question, token: Cal
         suffix_tokens=len(q.suffix_ids), options=options, nodes=nodes, answer=answer,
         confidence_meaning=None if q.type == "noul" else CONFIDENCE_MEANING[confidence],
         dropped_verbalizers=dropped, label_mass=r.mean_label_mass(), debias=debias)
+
+
+def _explain_head(head: FittedHead, r: Readout) -> FittedExplanation:
+    """A head's contribution to one answer: its logit split into the zero-shot and hidden parts."""
+    assert r.hidden is not None
+    names = list(r.question.options)
+    idx = head.order(names)
+    zero = r.probabilities()
+    x = head_features(r.hidden, np.log(np.maximum(zero[idx], 1e-300)), head.mean, head.scale)
+    k = len(head.classes)
+    from_zero = head.weights[:, :k] @ x[:k]
+    from_hidden = head.weights[:, k:] @ x[k:] + head.bias
+    p = fitted_probabilities(head, r)
+    return FittedExplanation(head=head.id, rows=head.fitted.rows if head.fitted else None,
+                             zero_shot={o: float(zero[i]) for i, o in enumerate(names)},
+                             probabilities={o: float(p[i]) for i, o in enumerate(names)},
+                             logit_from_zero_shot={c: float(v) for c, v in zip(head.classes, from_zero)},
+                             logit_from_hidden={c: float(v) for c, v in zip(head.classes, from_hidden)})
 
 
 def answer_probabilities(answer: Answer, options: Sequence[str]) -> np.ndarray:
@@ -314,21 +346,32 @@ class Decider:
 
     def run_many(self, requests: Sequence[DecisionRequest | Mapping[str, Any]], *,
                  label_mode: LabelMode | None = None, share_prefixes: bool = True,
-                 use_cache: bool = True, debias: Debias | None = None) -> list[DecisionResponse]:
+                 use_cache: bool = True, debias: Debias | None = None,
+                 heads: Sequence[Mapping[str, FittedHead] | None] | None = None) -> list[DecisionResponse]:
         """Answer several requests in one engine call (shared prefixes computed once).
 
-        ``debias`` is the default for requests without their own field (else the Decider's)."""
+        ``debias`` is the default for requests without their own field (else the Decider's).
+        ``heads``: per request, fitted heads by question name (``fitted.py``, ``fit``): those
+        questions are answered by their head, from the hidden state this call computes anyway;
+        a head that was fitted for another export, prompt or reading is refused (``check_heads``)."""
         parsed = [parse_request(r) for r in requests]
         mode, deb = label_mode or self.label_mode, debias or self.debias
+        per_request = list(heads) if heads is not None else [None] * len(parsed)
+        if len(per_request) != len(parsed):
+            raise ValueError(f"heads: one entry per request ({len(parsed)}), got {len(per_request)}")
+        for req, hs in zip(parsed, per_request):
+            self.check_heads(req, hs or {}, label_mode=mode, debias=deb)
         compiled = [self.compiler.compile(r, label_mode=mode, debias=deb) for r in parsed]
         wants = [bool(r.include and "label_mass" in r.include) for r in parsed]
-        readouts = self._read(compiled, share_prefixes=share_prefixes, use_cache=use_cache, label_mass=wants)
+        readouts = self._read(compiled, share_prefixes=share_prefixes, use_cache=use_cache, label_mass=wants,
+                              hidden=[bool(h) for h in per_request])
         content_free = self._content_free(parsed, mode, deb)
         out = []
-        for req, comp, reads, cf in zip(parsed, compiled, readouts, content_free):
+        for req, comp, reads, cf, hs in zip(parsed, compiled, readouts, content_free, per_request):
             answers: dict[str, Answer] = {}
             for r in reads:
-                answers[r.question.name] = self._answer(r, cf.get(r.question.name) if cf else None)
+                answers[r.question.name] = self._answer(r, cf.get(r.question.name) if cf else None,
+                                                        head=(hs or {}).get(r.question.name))
             out.append(DecisionResponse(model=self.name, answers=answers,
                                         usage=Usage(input_tokens=comp.logical_tokens, output_tokens=0)))
         return out
@@ -344,37 +387,44 @@ class Decider:
     def readouts(self, request: DecisionRequest | Mapping[str, Any], *,
                  label_mode: LabelMode | None = None, share_prefixes: bool = True,
                  use_cache: bool = True, debias: Debias | None = None,
-                 label_mass: bool = False) -> dict[str, Readout]:
-        """The raw readouts per question (probabilities, rotations, label mass when asked for):
-        what evaluation rows record."""
+                 label_mass: bool = False, hidden: bool = False) -> dict[str, Readout]:
+        """The raw readouts per question (probabilities, rotations, label mass when asked for, the
+        answer position's hidden state with ``hidden``): what evaluation rows record."""
         req = parse_request(request)
         comp = self.compiler.compile(req, label_mode=label_mode or self.label_mode,
                                      debias=debias or self.debias)
         (reads,) = self._read([comp], share_prefixes=share_prefixes, use_cache=use_cache,
-                              label_mass=[label_mass or bool(req.include and "label_mass" in req.include)])
+                              label_mass=[label_mass or bool(req.include and "label_mass" in req.include)],
+                              hidden=[hidden])
         return {r.question.name: r for r in reads}
 
     def explain(self, request: DecisionRequest | Mapping[str, Any], *,
-                label_mode: LabelMode | None = None, debias: Debias | None = None) -> Explanation:
+                label_mode: LabelMode | None = None, debias: Debias | None = None,
+                heads: Mapping[str, FittedHead] | None = None) -> Explanation:
         """The request answered and explained (``explain.Explanation``): the prompt and its
         shared-prefix boundary, per question every option's label tokens with their logits and
         probabilities, the trie nodes, the answers (exactly ``run``'s) and what was computed."""
         t0 = time.perf_counter()
         req = parse_request(request)
         mode, deb = label_mode or self.label_mode, debias or self.debias
+        heads = heads or {}
+        self.check_heads(req, heads, label_mode=mode, debias=deb)
         comp = self.compiler.compile(req, label_mode=mode, debias=deb)
         before = self.engine.stats.tokens_computed
-        (reads,) = self._read([comp], share_prefixes=True, use_cache=True, label_mass=[True])
+        (reads,) = self._read([comp], share_prefixes=True, use_cache=True, label_mass=[True], hidden=[bool(heads)])
         computed = self.engine.stats.tokens_computed - before  # this call's (other threads may add)
         (cf,) = self._content_free([req], mode, deb)
         token = self.tokenizer.token_str
         questions: dict[str, QuestionExplanation] = {}
         for r in reads:
             q = r.question
+            head = heads.get(q.name)
             answer = self._answer(r, cf.get(q.name) if cf else None,
-                                  with_mass=bool(req.include and "label_mass" in req.include))
+                                  with_mass=bool(req.include and "label_mass" in req.include), head=head)
             questions[q.name] = _explain_question(r, answer, req.questions[q.name], token,
                                                   self.tokenizer.decode, self.confidence_kind)
+            if head is not None:
+                questions[q.name].fitted = _explain_head(head, r)
         answers = {name: qe.answer for name, qe in questions.items()}
         logical = comp.logical_tokens
         return Explanation(
@@ -387,16 +437,192 @@ class Decider:
                                 tokens_saved=max(0, logical - computed)),
             latency_ms=round((time.perf_counter() - t0) * 1000, 2))
 
+    # -- fitted heads (fitted.py)
+
+    @property
+    def model_key(self) -> str:
+        """The name presets key fitted heads and calibrations by: the model's name, plus ':int8'
+        (the weight type) for an INT8 export, whose hidden states drift from its float model's."""
+        quant = self.artifacts.quantization
+        return self.name if not isinstance(quant, dict) else f"{self.name}:{quant.get('weight_type', 'int8')}"
+
+    @property
+    def export_sha256(self) -> str:
+        """The export's identity: the canonical hash of its manifest's file hashes."""
+        return json_sha256(self.artifacts.manifest.get("files") or {})
+
+    def prompt_sha256(self, question: Question | Mapping[str, Any], classes: Sequence[str] | None = None, *,
+                      label_mode: LabelMode | None = None, debias: Debias | None = None,
+                      examples: Sequence[Example | Mapping[str, Any]] | None = None,
+                      own_instructions: bool = False) -> str:
+        """The identity of a question's prompt: sha256 of its token ids (system text, template,
+        examples, question text, options in ``classes`` order with their labels) compiled with a
+        placeholder state, and the label mode and debias it was read with. ``own_instructions``:
+        the question text is a placeholder too (a head fitted on rows that each ask their own)."""
+        q = question if isinstance(question, Mapping) else question.model_dump(mode="json", exclude_none=True)
+        if own_instructions:
+            q = {**q, "instructions": PROMPT_INSTRUCTIONS}
+        if classes is not None and q.get("type") == "choice":
+            crit = q["criteria"]
+            q = {**q, "criteria": {c: crit[c] for c in classes}}
+        body: dict[str, Any] = {"model": self.name, "state": PROMPT_STATE, "questions": {"q": q}}
+        if examples:
+            body["examples"] = [e.model_dump(mode="json", exclude_none=True) if isinstance(e, Example) else e
+                                for e in examples]
+        deb = debias or self.debias
+        comp = self.compiler.compile(parse_request(body), label_mode=label_mode or self.label_mode, debias=deb)
+        (cq,) = comp.questions
+        return json_sha256({"prompt": list(comp.prefix_ids + cq.suffix_ids), "labels": cq.label_mode,
+                            "paths": [list(p) for p in cq.label_paths.paths], "debias": comp.debias})
+
+    def check_heads(self, request: DecisionRequest | Mapping[str, Any], heads: Mapping[str, FittedHead], *,
+                    label_mode: LabelMode | None = None, debias: Debias | None = None) -> None:
+        """Refuse (InvalidRequestError at ``heads.<question>``) a head that was fitted for another
+        model, export, prompt or reading of its question than this request's."""
+        req = parse_request(request)
+        mode, deb = label_mode or self.label_mode, debias or self.debias
+        for name, head in heads.items():
+            if name not in req.questions:
+                raise InvalidRequestError(f"{name!r} is not a question of the request ({list(req.questions)})",
+                                          ("heads", name))
+            q = req.questions[name]
+            labels = resolve_label_mode(q.type, mode)
+            try:
+                head.order(self.option_keys(q))
+            except ValueError as e:
+                raise InvalidRequestError(str(e), ("heads", name)) from None
+            why = head.refusal(model=self.model_key, export_sha256=self.export_sha256,
+                               prompt_sha256=self.prompt_sha256(q, head.classes, label_mode=mode, debias=req.debias or deb,
+                                                                examples=req.examples,
+                                                                own_instructions=head.own_instructions),
+                               labels=labels, debias=req.debias or deb, wording=self.compiler.wording_name)
+            if why:
+                raise InvalidRequestError(f"the fitted head cannot answer this question: {why}", ("heads", name))
+
+    def fit(self, question: Question | Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *,
+            rotations: int = 1, label_mode: LabelMode | None = None, debias: Debias | None = None,
+            examples: Sequence[Example | Mapping[str, Any]] | None = None, components: int = 256,
+            class_weight: str = "balanced", prior: str = "rows", folds: int = 5, batch: int = 16,
+            progress: bool = False, command: str = "") -> FittedHead:
+        """Fit a head for ``question`` on labelled ``rows`` ``{"state", "answer", "instructions"?}``
+        (``answer``: an option key — choice: its name; score: a level number; noul: yes/no or a
+        bool; ``instructions``: the row's own question text). Each row is read once (``features``);
+        choice rows under ``rotations`` cyclic option orders, so the head learns the options, not
+        their places. Needs scikit-learn (``fit.py``); errors name the row and field."""
+        q = self.parse_question(question)
+        classes = self.option_keys(q)
+        gold = [self._row_answer(row, i, classes) for i, row in enumerate(rows)]
+        check_rows_per_class(gold, classes)
+        n_orders = rotations if q.type == "choice" else 1
+        if n_orders < 1:
+            raise ValueError(f"rotations must be >= 1, got {rotations}")
+        hidden, probs, groups = self.features(q, rows, rotations=n_orders, label_mode=label_mode, debias=debias,
+                                              examples=examples, batch=batch, progress=progress)
+        y = np.repeat(np.asarray(gold), n_orders)
+        result = fit_head(hidden, probs, y, components=components, class_weight=class_weight,  # type: ignore[arg-type]
+                          prior=prior, folds=folds, groups=groups if n_orders > 1 else None)  # type: ignore[arg-type]
+        mode, deb = label_mode or self.label_mode, debias or self.debias
+        own = any(row.get("instructions") is not None for row in rows)
+        counts = np.bincount(np.asarray(gold), minlength=len(classes))
+        report = FitReport(rows=len(rows), rows_per_class={c: int(k) for c, k in zip(classes, counts)},
+                           components=result.components, l2=result.l2, folds=result.folds,
+                           cv_accuracy=result.cv_accuracy, cv_nll=result.cv_nll,
+                           zero_shot_cv_accuracy=result.zero_shot_accuracy, rotations=n_orders,
+                           class_weight=class_weight, prior=prior, seconds=round(result.seconds, 3),  # type: ignore[arg-type]
+                           date=time.strftime("%Y-%m-%d"), command=command)
+        return FittedHead(
+            question_type=q.type, classes=classes, model=self.model_key, export_sha256=self.export_sha256,
+            prompt_sha256=self.prompt_sha256(q, classes, label_mode=mode, debias=deb, examples=examples,
+                                             own_instructions=own), own_instructions=own,
+            rows_sha256=json_sha256([{k: row[k] for k in ("state", "answer", "instructions") if k in row}
+                                     for row in rows]),
+            labels=resolve_label_mode(q.type, mode), debias=deb, wording=self.compiler.wording_name,
+            mean=result.mean, scale=result.scale, weights=result.weights, bias=result.bias, fitted=report)
+
+    def features(self, question: Question | Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *,
+                 rotations: int = 1, label_mode: LabelMode | None = None, debias: Debias | None = None,
+                 examples: Sequence[Example | Mapping[str, Any]] | None = None, batch: int = 16,
+                 progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What a head reads, per row and option order (row-major): the hidden state at the answer
+        position (n·R, H), the zero-shot probabilities in the question's option order (n·R, C),
+        and each line's row index (the CV groups). ``rotations`` R: the options listed from the
+        ``j·C/R``-th on (choice only)."""
+        from tqdm.auto import tqdm
+
+        q = self.parse_question(question)
+        classes = self.option_keys(q)
+        dumped = q.model_dump(mode="json", exclude_none=True)
+        shifts = [j * len(classes) // rotations for j in range(rotations)]
+        bodies, groups = [], []
+        for i, row in enumerate(rows):
+            if "state" not in row:
+                raise InvalidRequestError(f"rows[{i}] has no 'state'", ("rows", i, "state"))
+            for shift in shifts:
+                qd = dict(dumped)
+                if shift:
+                    names = classes[shift:] + classes[:shift]
+                    qd["criteria"] = {c: dumped["criteria"][c] for c in names}
+                if row.get("instructions") is not None:
+                    qd["instructions"] = row["instructions"]
+                body: dict[str, Any] = {"model": self.name, "state": row["state"], "questions": {"q": qd}}
+                if examples:
+                    body["examples"] = [e.model_dump(mode="json", exclude_none=True) if isinstance(e, Example) else e
+                                        for e in examples]
+                bodies.append(body)
+                groups.append(i)
+        mode, deb = label_mode or self.label_mode, debias or self.debias
+        hidden, probs = [], []
+        for at in tqdm(range(0, len(bodies), batch), desc="features", unit="batch", disable=not progress):
+            parsed = [parse_request(b) for b in bodies[at : at + batch]]
+            compiled = [self.compiler.compile(r, label_mode=mode, debias=deb) for r in parsed]
+            for (r,) in self._read(compiled, share_prefixes=True, use_cache=True, hidden=[True] * len(compiled)):
+                assert r.hidden is not None
+                idx = [list(r.question.options).index(c) for c in classes]
+                hidden.append(r.hidden.astype(np.float64))
+                probs.append(r.probabilities()[idx])
+        return np.stack(hidden), np.stack(probs), np.asarray(groups)
+
+    @staticmethod
+    def parse_question(question: Question | Mapping[str, Any]) -> Question:
+        """A wire question (dict) validated as one; errors name its field (``questions.q.…``)."""
+        if not isinstance(question, Mapping):
+            return question
+        req = parse_request({"model": "-", "state": "", "questions": {"q": dict(question)}})
+        return req.questions["q"]
+
+    @staticmethod
+    def _row_answer(row: Mapping[str, Any], i: int, classes: Sequence[str]) -> int:
+        """A row's gold class index; refuses a row without a label or with one not among the options."""
+        if "answer" not in row or row["answer"] is None:
+            raise InvalidRequestError(f"rows[{i}] has no 'answer' (the option it should get)", ("rows", i, "answer"))
+        raw = row["answer"]
+        key = ("yes" if raw else "no") if isinstance(raw, bool) else str(raw)
+        if key not in classes:
+            raise InvalidRequestError(f"rows[{i}].answer: {raw!r} is not an option of the question ({list(classes)})",
+                                      ("rows", i, "answer"))
+        return list(classes).index(key)
+
+    @staticmethod
+    def option_keys(q: Question) -> list[str]:  # noqa: D401
+        """A question's option keys as its answers name them (choice: names; score: '0'..; noul: yes, no)."""
+        if q.type == "choice":
+            return list(q.criteria)
+        if q.type == "score":
+            return [str(i) for i in range(len(q.criteria))]
+        return ["yes", "no"]
+
     # -- internals
 
     def _read(self, compiled: Sequence[CompiledRequest], *, share_prefixes: bool,
-              use_cache: bool, label_mass: Sequence[bool] = ()) -> list[list[Readout]]:
+              use_cache: bool, label_mass: Sequence[bool] = (), hidden: Sequence[bool] = ()) -> list[list[Readout]]:
         """One engine call for every prompt of ``compiled``; ``label_mass[i]``: read the label
-        mass of request i's prompts (one full-vocabulary product each, at its trie root)."""
+        mass of request i's prompts (one full-vocabulary product each, at its trie root);
+        ``hidden[i]``: keep the hidden state at each of request i's trie roots (``Readout.hidden``)."""
         wants = list(label_mass) or [False] * len(compiled)
-        plan = plan_readout(compiled, read_roots=any(wants))
+        keep = list(hidden) or [False] * len(compiled)
+        plan = plan_readout(compiled, read_roots=[w or k for w, k in zip(wants, keep)])
         points = [compiled[ri].checkpoints for ri, _, _ in plan.where]  # each context's request's checkpoints
-        hiddens: list[np.ndarray] | None = [] if any(wants) else None
+        hiddens: list[np.ndarray] | None = [] if any(wants) or any(keep) else None
         owners = [ri for ri, _, _ in plan.where]  # a request's own nodes stay its own (one answer per request)
         logits = self.engine.next_token_logits(plan.contexts, plan.allowed, cache_points=points,
                                                use_cache=use_cache, share_prefixes=share_prefixes,
@@ -408,7 +634,10 @@ class Decider:
                 ri, ui, _ = plan.where[i]
                 if wants[ri]:
                     masses[(ri, ui)] = mass_on_labels(logits[i], self.engine.full_logsumexp(hiddens[i]))
-        return plan.readouts(logits, masses)
+        kept = None
+        if hiddens is not None and any(keep):
+            kept = {plan.where[i][:2]: hiddens[i] for i in plan.roots() if keep[plan.where[i][0]]}
+        return plan.readouts(logits, masses if any(wants) else None, kept)
 
     def _content_free(self, requests: Sequence[DecisionRequest], mode: LabelMode, debias: Debias = "none"
                       ) -> list[dict[str, np.ndarray] | None]:
@@ -467,11 +696,15 @@ class Decider:
                     self._cf_memo_examples.pop(next(iter(self._cf_memo_examples)))
         return hit
 
-    def _answer(self, r: Readout, content_free: np.ndarray | None, *, with_mass: bool = True) -> Answer:
+    def _answer(self, r: Readout, content_free: np.ndarray | None, *, with_mass: bool = True,
+                head: FittedHead | None = None) -> Answer:
         q = r.question
         p = r.probabilities()
         applied = None
-        if self.calibration is not None:
+        if head is not None:  # the fitted head replaces calibration: it was fitted on raw p
+            p = fitted_probabilities(head, r)
+            applied = f"fitted head {head.id} ({head.model}, {head.fitted.rows if head.fitted else '?'} rows)"
+        elif self.calibration is not None:
             tc = self.calibration.for_type(q.type)
             if tc.temperature != 1.0 or tc.contextual:
                 p = calibrate(p, tc.temperature, content_free if tc.contextual else None)
@@ -489,4 +722,16 @@ class Decider:
         return answer
 
 
-__all__ = ["Decider", "Readout", "ReadoutPlan", "parse_request", "plan_readout"]
+def fitted_probabilities(head: FittedHead, r: Readout) -> np.ndarray:
+    """A fitted head's probabilities for one readout, in the question's listed option order: the
+    head reads the root hidden state and the zero-shot probabilities in its class order."""
+    if r.hidden is None:
+        raise ValueError("the readout kept no hidden state (ask _read with hidden=True)")
+    idx = head.order(r.question.options)                # listed index of each class
+    fitted = head.probabilities(r.hidden, r.probabilities()[idx])
+    p = np.empty_like(fitted)
+    p[idx] = fitted
+    return p
+
+
+__all__ = ["Decider", "Readout", "ReadoutPlan", "fitted_probabilities", "parse_request", "plan_readout"]

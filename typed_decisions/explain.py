@@ -91,6 +91,19 @@ class DebiasExplanation(BaseModel):
     flip_rate: float = Field(description="share of the other orders whose top option differs from the listed order's")
 
 
+class FittedExplanation(BaseModel):
+    """A fitted head's part in an answer (``fitted.py``): what the zero-shot readout said, what the
+    head made of it, and how much of the head's logit came from the zero-shot log-probabilities
+    versus the hidden state."""
+
+    head: str = Field(description="the head's content id")
+    rows: int | None = Field(None, description="labelled rows it was fitted on")
+    zero_shot: dict[str, float] = Field(description="the zero-shot probabilities (what the answer would be without the head)")
+    probabilities: dict[str, float] = Field(description="the head's probabilities: what the answer uses")
+    logit_from_zero_shot: dict[str, float] = Field(description="per option, W_logp · clip(log p): the zero-shot part of its logit")
+    logit_from_hidden: dict[str, float] = Field(description="per option, W_z · z + b: the hidden state's part (and the bias)")
+
+
 class QuestionExplanation(BaseModel):
     type: Literal["noul", "choice", "score"]
     label_mode: str
@@ -106,6 +119,7 @@ class QuestionExplanation(BaseModel):
         default=None, description="share of the full-vocabulary softmax on the root's label tokens "
                                   "(the allowed first tokens); low: the model wanted to say something else")
     debias: DebiasExplanation | None = None
+    fitted: FittedExplanation | None = None
 
 
 class TokenAccount(BaseModel):
@@ -202,6 +216,12 @@ def render_text(e: Explanation, *, max_prompt_chars: int = 4000) -> str:
             for rot in q.debias.rotations:
                 probs = " ".join(f"{o}={p:.3f}" for o, p in rot.probabilities.items())
                 lines.append(f"    {' > '.join(rot.order)[:60]}: {probs[:80]}")
+        if q.fitted is not None:
+            f = q.fitted
+            lines.append(f"  fitted head {f.head} ({f.rows} rows): zero-shot → fitted")
+            for o in f.probabilities:
+                lines.append(f"    {o[:24]:24s} {f.zero_shot[o]:.3f} → {f.probabilities[o]:.3f}   logit = "
+                             f"{f.logit_from_zero_shot[o]:+.2f} (zero-shot) {f.logit_from_hidden[o]:+.2f} (hidden)")
         lines += [_answer_line(q.answer, q.confidence_meaning), ""]
     lines.append("logit: the first label token's raw logit (the largest over an option's variants); "
                  "prob: restricted softmax over the options' label tokens (chain rule for longer labels).")

@@ -23,7 +23,8 @@ from ..errors import InvalidRequestError, TypedDecisionsError
 from .datasets import get_spec, load_dataset, rows_for
 from .fitting import calibration_fit
 from .presets import (DeciderSettings, Preset, PresetCalibration, PresetFit, answer_preset, content_hash,
-                      examples_hash, list_presets, load_preset, preset_file, register_preset, with_calibration)
+                      examples_hash, list_presets, load_preset, preset_file, register_preset, select_head,
+                      with_calibration)
 from .run import MATPLOTLIB_HINT, collect_probabilities, content_free_probabilities, evaluate, plot_reliability
 from .spec import QuestionSpec, shot_rows
 
@@ -75,6 +76,8 @@ def _source(args: argparse.Namespace, split: str, limit: int | None
     raw = read_jsonl(args.data)
     # rows_for dedupes and splits on the "state" key: give each row one, salted by the file's stem.
     keyed = [{**r, "state": spec.state(r, n), "gold": r.get(spec.gold_field)} for n, r in enumerate(raw)]
+    for n, r in enumerate(raw):  # a bad label is named by its row in the file, before the hash order shuffles them
+        spec.gold_index(r, n)
     if spec.instructions_field is not None:  # a row is (question, passage): dedupe and split on both
         keyed = [{**r, "question": spec.instructions_for(r, n)} for n, r in enumerate(keyed)]
     rows = rows_for(Path(args.data).stem, keyed, split, limit)  # type: ignore[arg-type]
@@ -116,6 +119,8 @@ def main_eval(argv: list[str]) -> int:
     p.add_argument("--shots", type=int, default=0, metavar="K",
                    help="few-shot: show K labelled rows of the calibration split before every state (one per "
                         "class first, then fixed hash order; replaces a preset's own examples)")
+    p.add_argument("--zero-shot", action="store_true",
+                   help="with --preset: the zero-shot readout even where the preset has a fitted head for this model")
     p.add_argument("--out", type=Path, default=None, help="write the JSON report here")
     p.add_argument("--plot", type=Path, default=None, help="write a reliability diagram (PNG; needs matplotlib)")
     p.add_argument("--free-text", action="store_true",
@@ -140,9 +145,16 @@ def main_eval(argv: list[str]) -> int:
     decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels, wording=args.wording)
     meta["wording"] = args.wording
     meta["command"] = "typed-decisions eval " + " ".join(argv)
+    head = None
+    if args.preset and not args.zero_shot:  # a preset's fitted head for this model answers (refused if stale)
+        head, note = select_head(load_preset(args.preset), DeciderSettings.of(decider))
+        if head is not None:
+            probe = {**spec.request(decider.name, "-"), **({"examples": examples} if examples else {})}
+            decider.check_heads(probe, {spec.name: head}, debias=args.debias)
+            meta["fitted"] = note
     report = evaluate(decider, spec, rows, label_mode=args.labels, calibration=cal,
                       permutations=args.permutations, n_bins=args.bins, progress=not args.quiet, meta=meta,
-                      debias=args.debias, label_mass=args.label_mass, examples=examples)
+                      debias=args.debias, label_mass=args.label_mass, examples=examples, head=head)
     _print_summary(report)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
@@ -326,7 +338,15 @@ def main_presets(argv: list[str]) -> int:
     pa.add_argument("--no-preset-calibration", action="store_true", help="raw probabilities (params.calibration = none)")
     pa.add_argument("--threshold", type=float, default=None)
     pa.add_argument("--threads", type=int, default=None)
-    args = p.parse_args(argv)
+    pa.add_argument("--zero-shot", action="store_true", help="the zero-shot readout even where the preset has a "
+                                                             "fitted head for this model (params.fitted = none)")
+    # `answer NAME --model M "state"`: argparse (3.11) gives the optional positional its default when
+    # options follow the name, so a state after the options comes back unparsed: take it here
+    args, rest = p.parse_known_args(argv)
+    if rest and args.command == "answer" and args.state == "-" and len(rest) == 1 and not rest[0].startswith("-"):
+        args.state, rest = rest[0], []
+    if rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "list":
         for n in list_presets():
             pr = load_preset(n)
@@ -349,6 +369,8 @@ def main_presets(argv: list[str]) -> int:
         params = {k: v for k, v in (("label_mode", args.labels), ("threshold", args.threshold)) if v is not None}
         if args.no_preset_calibration:
             params["calibration"] = "none"
+        if args.zero_shot:
+            params["fitted"] = "none"
         preset = load_preset(args.name) if args.name.endswith(".json") else args.name  # your own file, or a name
         print(json.dumps(answer_preset(decider, preset, state, params), indent=2, ensure_ascii=False))
     return 0

@@ -58,6 +58,7 @@ from .. import reducers
 from ..calibration import CalibrationFile, TypeCalibration, calibrate
 from ..compiler import LABEL_MODES, LabelMode, QuestionLabels, resolve_label_mode
 from ..errors import InvalidRequestError, TypedDecisionsError
+from ..fitted import FittedHead
 from ..reducers import DEFAULT_CONFIDENCE, ConfidenceKind
 from ..schema import Content, Debias, DecisionResponse, json_sha256
 from .spec import OptionSpec, QuestionSpec
@@ -68,10 +69,10 @@ if TYPE_CHECKING:
 __all__ = ["Preset", "PresetExample", "PresetOption", "PresetQuestion", "Policy", "PresetError", "load_preset",
            "list_presets", "content_hash", "answer_preset", "decide_action", "preset_file", "PresetCall",
            "prepare_preset", "PresetCalibration", "PresetFit", "DeciderSettings", "select_calibration",
-           "with_calibration", "register_preset", "examples_hash"]
+           "with_calibration", "register_preset", "examples_hash", "select_head", "with_head"]
 
 REGISTRY = "_registry.json"
-PARAMS = ("label_mode", "threshold", "debias", "calibration")  # the params answer_preset accepts
+PARAMS = ("label_mode", "threshold", "debias", "calibration", "fitted")  # the params answer_preset accepts
 
 
 class PresetError(TypedDecisionsError):
@@ -170,6 +171,9 @@ class Preset(BaseModel):
     calibration: dict[str, PresetCalibration] | None = Field(
         None, description="model key (Decider.name, + ':int8' for an INT8 export) → its calibration fitted on this "
                           "preset's dataset")
+    fitted: dict[str, FittedHead] | None = Field(
+        None, description="model key → a head fitted on labelled rows for this question (typed-decisions fit); "
+                          "it answers instead of the zero-shot readout (and of any calibration)")
 
     @model_validator(mode="after")
     def _examples_answer_options(self) -> Preset:
@@ -194,6 +198,18 @@ class Preset(BaseModel):
             if cal.content_free is not None and len(cal.content_free) != len(self.question.options):
                 raise ValueError(f"calibration.{model}.content_free has {len(cal.content_free)} entries; "
                                  f"the question has {len(self.question.options)} options")
+        return self
+
+    @model_validator(mode="after")
+    def _heads_fit_the_question(self) -> Preset:
+        spec = self.question_spec()
+        keys = [spec.wire_answer(o) for o in spec.option_names] if spec.type != "noul" else ["yes", "no"]
+        for model, head in (self.fitted or {}).items():
+            if head.model != model:
+                raise ValueError(f"fitted.{model}: the head was fitted for model {head.model!r}")
+            if head.question_type != spec.type or sorted(head.classes) != sorted(keys):
+                raise ValueError(f"fitted.{model}: the head answers a {head.question_type} question with options "
+                                 f"{head.classes}; this preset's question is {spec.type} with {keys}")
         return self
 
     def wire_examples(self) -> list[dict[str, Any]]:
@@ -295,6 +311,17 @@ def with_calibration(data: Mapping[str, Any], model: str, cal: PresetCalibration
     """
     out = json.loads(json.dumps(dict(data)))  # a deep copy; the input stays as it was
     out["calibration"] = {**(out.get("calibration") or {}), model: cal.model_dump(mode="json", exclude_none=True)}
+    if bump:
+        out["version"] = int(out["version"]) + 1
+    _parse(out, f"preset {out.get('name')}")
+    return out
+
+
+def with_head(data: Mapping[str, Any], head: FittedHead, *, bump: bool = False) -> dict[str, Any]:
+    """A preset's parsed JSON with ``head`` as its fitted head for ``head.model`` (replacing any
+    there), the version bumped by one if ``bump``; parsed to check it."""
+    out = json.loads(json.dumps(dict(data)))
+    out["fitted"] = {**(out.get("fitted") or {}), head.model: head.model_dump(mode="json", exclude_none=True)}
     if bump:
         out["version"] = int(out["version"]) + 1
     _parse(out, f"preset {out.get('name')}")
@@ -408,6 +435,26 @@ def select_calibration(preset: Preset, decider: DeciderSettings, *, labels: Ques
     return cal, f"{where} for {model}: {cal.describe()}"
 
 
+def select_head(preset: Preset, decider: DeciderSettings, *, wanted: bool = True) -> tuple[FittedHead | None, str]:
+    """(the fitted head to answer with or None, what the answer reports). A preset with fitted heads
+    but none for this model is refused (InvalidRequestError at params.fitted): its numbers were measured with a head, and
+    answering zero-shot instead would be a quieter, worse answer. ``params.fitted = "none"`` asks
+    for the zero-shot readout explicitly. (Export, prompt and reading are checked by the Decider,
+    ``Decider.check_heads``.)"""
+    where = f"preset {preset.name} v{preset.version}"
+    if not preset.fitted:
+        return None, ""
+    if not wanted:
+        return None, "none: params.fitted is 'none' (zero-shot readout)"
+    head = preset.fitted.get(decider.key)
+    if head is None:
+        raise InvalidRequestError(
+            f"{where} has fitted heads for {', '.join(sorted(preset.fitted))}, not for {decider.key}: fit one "
+            f"(typed-decisions fit --model ... --preset {preset.name} --out FILE), or send params.fitted = 'none' "
+            "for the zero-shot readout", ("params", "fitted"))
+    return head, f"{where} for {decider.key}: fitted head {head.id}"
+
+
 def _reduce(spec: QuestionSpec, p: np.ndarray, confidence: ConfidenceKind, answer: Any) -> Any:
     """The answer for option probabilities p, as ``Decider`` builds it from its calibrated p
     (a score keeps ``answer``'s legend)."""
@@ -432,6 +479,12 @@ class PresetCall:
     calibration: PresetCalibration | None = None
     calibration_note: str = "none"
     confidence: ConfidenceKind = DEFAULT_CONFIDENCE
+    head: FittedHead | None = None
+
+    @property
+    def heads(self) -> dict[str, FittedHead] | None:
+        """The fitted heads to pass to ``Decider.run_many`` for this call (None: zero-shot)."""
+        return None if self.head is None else {self.preset.question.name: self.head}
 
     def result(self, response: DecisionResponse) -> dict[str, Any]:
         """{answers, act, preset, preset_version, model, calibration} from the decider's response."""
@@ -462,7 +515,9 @@ def prepare_preset(model: str, preset_name: str | Preset, state: Any,
     ``params``: ``label_mode`` ("auto" | "names" | "letters" | "mixture"), ``threshold`` (overrides
     the preset's default), ``debias`` ("none" | "rotate": the wire request's own ``debias`` field),
     ``calibration`` ("preset", the default: apply the preset's calibration for this model if it has
-    one; "none": raw probabilities). Only shipped preset names are accepted (never a path; a
+    one; "none": raw probabilities), ``fitted`` ("preset", the default: answer with the preset's
+    fitted head for this model — a preset with heads for other models only is refused; "none": the
+    zero-shot readout). Only shipped preset names are accepted (never a path; a
     ``Preset`` object from Python is fine); bad names and params raise ``InvalidRequestError``
     (HTTP 422) naming the field. ``decider``: the Decider (or ``DeciderSettings``) that will answer:
     its defaults and own calibration file decide which calibration applies (``select_calibration``).
@@ -482,9 +537,10 @@ def prepare_preset(model: str, preset_name: str | Preset, state: Any,
     if params.get("debias", "none") not in ("none", "rotate"):
         raise InvalidRequestError(f"params.debias must be 'none' or 'rotate', got {params['debias']!r}",
                                   ("params", "debias"))
-    if params.get("calibration", "preset") not in ("preset", "none"):
-        raise InvalidRequestError(f"params.calibration must be 'preset' or 'none', got {params['calibration']!r}",
-                                  ("params", "calibration"))
+    for field in ("calibration", "fitted"):
+        if params.get(field, "preset") not in ("preset", "none"):
+            raise InvalidRequestError(f"params.{field} must be 'preset' or 'none', got {params[field]!r}",
+                                      ("params", field))
     preset = preset_name if isinstance(preset_name, Preset) else load_preset(preset_name)
     spec = preset.question_spec()
     request = spec.request(model, state)
@@ -494,11 +550,21 @@ def prepare_preset(model: str, preset_name: str | Preset, state: Any,
         request["debias"] = params["debias"]
     settings = (decider if isinstance(decider, DeciderSettings)
                 else DeciderSettings(model) if decider is None else DeciderSettings.of(decider))
-    cal, note = select_calibration(
-        preset, settings, labels=resolve_label_mode(spec.type, params.get("label_mode") or settings.label_mode),
-        debias=params.get("debias") or settings.debias, wanted=params.get("calibration", "preset") == "preset")
+    head, head_note = select_head(preset, settings, wanted=params.get("fitted", "preset") == "preset")
+    if head is not None:  # the head was fitted on raw probabilities: no calibration on top
+        cal, note = None, head_note
+        if hasattr(decider, "check_heads"):  # a real Decider: export, prompt and reading, before queueing
+            decider.check_heads(request, {spec.name: head}, label_mode=params.get("label_mode"),
+                                debias=params.get("debias"))
+    else:
+        cal, note = select_calibration(
+            preset, settings, labels=resolve_label_mode(spec.type, params.get("label_mode") or settings.label_mode),
+            debias=params.get("debias") or settings.debias, wanted=params.get("calibration", "preset") == "preset")
+        if head_note:
+            note = f"{head_note}; calibration {note}"
     return PresetCall(preset=preset, request=request, label_mode=params.get("label_mode"),
-                      threshold=threshold, calibration=cal, calibration_note=note, confidence=settings.confidence)
+                      threshold=threshold, calibration=cal, calibration_note=note, confidence=settings.confidence,
+                      head=head)
 
 
 def answer_preset(decider: Decider, preset_name: str | Preset, state: Any,
@@ -511,4 +577,7 @@ def answer_preset(decider: Decider, preset_name: str | Preset, state: Any,
     same two steps with the micro-batcher in between.
     """
     call = prepare_preset(decider.name, preset_name, state, params, decider=decider)
-    return call.result(decider.run(call.request, label_mode=call.label_mode))
+    if call.heads is None:
+        return call.result(decider.run(call.request, label_mode=call.label_mode))
+    (response,) = decider.run_many([call.request], label_mode=call.label_mode, heads=[call.heads])
+    return call.result(response)

@@ -33,6 +33,7 @@ import numpy as np
 from ..calibration import CalibrationFile
 from ..compiler import resolve_label_mode
 from ..errors import TypedDecisionsError
+from ..fitted import FittedHead
 from .fitting import apply_calibration
 from .metrics import THRESHOLDS, coverage_accuracy, metrics
 from .permutation import permutation_report
@@ -68,19 +69,22 @@ def collect_probabilities(decider: Decider, spec: QuestionSpec, rows: Sequence[M
 def collect_readouts(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], *,
                      label_mode: str | None = None, progress: bool = True, desc: str = "eval",
                      debias: str | None = None, label_mass: bool = False,
-                     examples: Sequence[Mapping[str, Any]] | None = None
+                     examples: Sequence[Mapping[str, Any]] | None = None, head: FittedHead | None = None
                      ) -> tuple[list[np.ndarray], list[int], list[float] | None]:
     """Probabilities and gold indices as ``collect_probabilities``, and each row's label mass
     (None unless ``label_mass``: it costs one full-vocabulary product per row). ``examples``
-    (wire few-shot examples, ``QuestionSpec.example``) are shown before every row's state."""
+    (wire few-shot examples, ``QuestionSpec.example``) are shown before every row's state.
+    ``head``: a fitted head answers instead of the zero-shot readout (``fitted.py``)."""
     from tqdm.auto import tqdm
+
+    from ..decider import fitted_probabilities
 
     gold = [spec.gold_index(r, n) for n, r in enumerate(rows)]  # fail on a bad label before any compute
     probs, masses = [], []
     for n, r in enumerate(tqdm(rows, desc=desc, unit="row", disable=not progress)):
         read = decider.readouts(_with_examples(spec.row_request(decider.name, r, n), examples), label_mode=label_mode,
-                                debias=debias, label_mass=label_mass)[spec.name]
-        probs.append(read.probabilities())
+                                debias=debias, label_mass=label_mass, hidden=head is not None)[spec.name]
+        probs.append(read.probabilities() if head is None else fitted_probabilities(head, read))
         masses.append(read.mean_label_mass())
     return probs, gold, [float(m) for m in masses] if label_mass else None  # type: ignore[arg-type]
 
@@ -119,7 +123,8 @@ def evaluate(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, A
              label_mode: str | None = None, calibration: CalibrationFile | None = None,
              permutations: int = 0, n_bins: int = 10, thresholds: Sequence[float] = THRESHOLDS,
              progress: bool = True, meta: Mapping[str, Any] | None = None, debias: str | None = None,
-             label_mass: bool = False, examples: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+             label_mass: bool = False, examples: Sequence[Mapping[str, Any]] | None = None,
+             head: FittedHead | None = None) -> dict[str, Any]:
     """Ask ``spec`` of every row; the report (module docstring). ``meta`` is copied into it.
     ``examples``: wire few-shot examples shown before every row (the report counts them)."""
     if not rows:
@@ -128,12 +133,13 @@ def evaluate(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, A
     deb = debias or getattr(decider, "debias", "none")
     t0 = time.perf_counter()
     probs, gold, masses = collect_readouts(decider, spec, rows, label_mode=mode, progress=progress,
-                                           debias=deb, label_mass=label_mass, examples=examples)
+                                           debias=deb, label_mass=label_mass, examples=examples, head=head)
     seconds = time.perf_counter() - t0
     report: dict[str, Any] = {
         "model": decider.name, **(meta or {}), "question": spec.model_dump(), "label_mode": mode, "debias": deb,
         "labels": resolve_label_mode(spec.type, mode),  # what this question type was compiled with
         "examples": len(examples or []),  # few-shot examples shown before every row
+        "fitted_head": None if head is None else head.id,  # a head answered instead of the zero-shot readout
         "n": len(rows), "seconds": round(seconds, 3), "rows_per_second": round(len(rows) / seconds, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "class_counts": {o: int(sum(1 for y in gold if y == i)) for i, o in enumerate(spec.option_names)},

@@ -5,7 +5,7 @@ unchanged. Routes::
 
     POST /v1/systemone       DecisionRequest → DecisionResponse (schema.py), micro-batched
     POST /v1/explain         DecisionRequest → Explanation (explain.py): answers + why, same queue
-    GET  /v1/presets         the shipped question presets (evaluation/presets.py)
+    GET  /v1/presets         the question presets: shipped (evaluation/presets.py) and the operator's (--preset FILE)
     GET  /v1/presets/{name}  one preset, and its question in wire form
     POST /v1/presets/{name}  a preset's question about a state, through the same queue
     GET  /playground         a static page (no build step, no CDN) that asks and explains
@@ -204,7 +204,7 @@ def _add_preset_routes(app: FastAPI, service: Service) -> None:
              summary="The versioned question presets this server can answer")
     async def presets(request: Request) -> dict[str, Any]:
         service.authenticate(request)
-        items = [load_preset(n) for n in list_presets()]
+        items = [*service.presets.values(), *(load_preset(n) for n in list_presets() if n not in service.presets)]
         return {"presets": [{"name": p.name, "version": p.version, "type": p.question.type,
                              "description": p.description} for p in items]}
 
@@ -212,9 +212,9 @@ def _add_preset_routes(app: FastAPI, service: Service) -> None:
              summary="One preset (its file) and its question in wire form")
     async def preset_file(name: str, request: Request) -> dict[str, Any]:
         service.authenticate(request)
-        if name not in list_presets():  # shipped names only: a server never opens a client's path
-            raise ModelNotFoundError(f"unknown preset {name!r}; shipped: {', '.join(list_presets())}")
-        p = load_preset(name)
+        if name not in service.presets and name not in list_presets():  # never a client's path
+            raise ModelNotFoundError(f"unknown preset {name!r}; served: {', '.join([*service.presets, *list_presets()])}")
+        p = service.presets.get(name) or load_preset(name)
         return {"preset": p.model_dump(mode="json", exclude_none=True), "question": p.question_spec().question()}
 
     @app.post("/v1/presets/{name}", responses={**ERRORS},

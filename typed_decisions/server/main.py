@@ -67,6 +67,8 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--body-timeout-s", type=float, default=None, help="most seconds to receive a body (408)")
     for name in ("max-json-depth", "max-questions", "max-options", "max-name-chars"):
         p.add_argument(f"--{name}", type=int, default=None, help="input bound (422), docs/deploy.md")
+    p.add_argument("--preset", action="append", type=Path, default=None, dest="presets", metavar="FILE",
+                   help="also serve this preset file under /v1/presets/{name} (repeatable; e.g. from typed-decisions fit)")
     p.add_argument("--alias", action="append", default=None, dest="aliases",
                    help="extra model name (repeatable; default: jev-latest)")
     p.add_argument("--max-batch", type=int, default=None)
@@ -89,6 +91,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         max_questions=args.max_questions, max_options=args.max_options, max_name_chars=args.max_name_chars)
     if args.api_keys_file is not None:
         settings.api_keys.extend(load_api_keys(args.api_keys_file))
+    settings.presets.extend(args.presets or [])
     return settings
 
 

@@ -23,7 +23,7 @@ import datetime as dt
 import ipaddress
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +38,8 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import (AuthenticationError, InvalidRequestError, ModelNotFoundError, RateLimitedError,
                       TypedDecisionsError, UnavailableError, http_status)
-from ..evaluation.presets import prepare_preset
+from ..evaluation.presets import Preset, load_preset, prepare_preset
+from ..fitted import FittedHead
 from ..schema import DecisionRequest, DecisionResponse, json_sha256
 from .batching import MicroBatcher, Unbatched
 from .body import decode_body, read_body
@@ -64,6 +65,7 @@ class Job:
     request: DecisionRequest
     label_mode: LabelMode | None = None
     explain: bool = False
+    heads: Mapping[str, FittedHead] | None = None  # a preset's fitted head, by question name
 
 
 class ClientGone(Exception):
@@ -115,6 +117,11 @@ class Service:
     def __init__(self, decider_or_factory: Any, settings: ServerSettings, *,
                  dispatch: Callable[[Job], Awaitable[Any]] | None = None):
         self.settings = settings
+        # the operator's preset files, by name (a shipped preset of the same name is shadowed)
+        self.presets: dict[str, Preset] = {}
+        for f in settings.presets:
+            preset = load_preset(f if str(f).endswith(".json") else f"{f}.json")
+            self.presets[preset.name] = preset
         self.dispatch = dispatch
         is_decider = hasattr(decider_or_factory, "run_many")
         self.decider: Any = decider_or_factory if is_decider else None
@@ -205,7 +212,9 @@ class Service:
                 out[i] = self.decider.explain(job.request, **kwargs)
         for mode in dict.fromkeys(j.label_mode for j in jobs if not j.explain):
             idx = [i for i, j in enumerate(jobs) if j.label_mode == mode and not j.explain]
-            kwargs = {} if mode is None else {"label_mode": mode}
+            kwargs: dict[str, Any] = {} if mode is None else {"label_mode": mode}
+            if any(jobs[i].heads for i in idx):
+                kwargs["heads"] = [jobs[i].heads for i in idx]
             for i, response in zip(idx, self.decider.run_many([jobs[i].request for i in idx], **kwargs)):
                 out[i] = response
         return out  # type: ignore[return-value]
@@ -351,10 +360,11 @@ class Service:
             except ValidationError as e:
                 raise InvalidRequestError("invalid preset request", errors=[
                     (tuple(err["loc"]), err["msg"]) for err in e.errors()]) from None
-            call = prepare_preset(self.decider.name, name, body.state, body.params, decider=self.decider)
+            call = prepare_preset(self.decider.name, self.presets.get(name, name), body.state, body.params,
+                                  decider=self.decider)
             handled.preset = {"name": call.preset.name, "version": call.preset.version}
             handled.parsed = parse_request(call.request)
-            handled.response = await self._submit(Job(handled.parsed, call.label_mode), request)
+            handled.response = await self._submit(Job(handled.parsed, call.label_mode, heads=call.heads), request)
             return call.result(handled.response)
 
         return await self._handle(request, work, timed=False)

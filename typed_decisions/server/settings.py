@@ -56,6 +56,9 @@ class ServerSettings(BaseModel):
     max_questions: int = Field(64, ge=1, description="Most questions per request (422).")
     max_options: int = Field(1024, ge=2, description="Most options of a choice / levels of a score (422): 1,024 covers real taxonomies; the engine bounds the KV a call may hold on its own.")
     max_name_chars: int = Field(256, ge=1, description="Longest question or option name (422).")
+    presets: list[Path] = Field(default_factory=list, description=(
+        "The operator's preset files (JSON; e.g. written by typed-decisions fit), served under "
+        "/v1/presets/{name} beside the shipped ones, loaded at start (a bad file stops the start)."))
 
     @field_validator("api_keys", mode="before")
     @classmethod

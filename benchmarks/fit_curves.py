@@ -1,0 +1,181 @@
+"""Learning curves of the fitted readout (issue #31): head vs zero-shot `auto`, k rows per class.
+
+For each dev-bench set (datasets.py) the script reads, once per row, what a head needs
+(``Decider.features``: the hidden state at the answer position and the zero-shot probabilities):
+the first ``max(k)`` rows of each class of the calibration split (fixed hash order) and the first
+``--test`` rows of the test split. For each k it fits a head on the first k rows of each class
+(``fit.fit_head``; a class with fewer rows gives all it has) and scores head and zero-shot on the
+same test rows: accuracy, NLL, ECE, with 95 % percentile-bootstrap intervals (``--boot``
+resamples of the test rows, seed 0, shared by both readouts so the delta is paired). Then the
+mean over sets (each resample: the mean of the per-set resampled values).
+
+It also times one request alone, zero-shot vs fitted, interleaved on the same test states with the
+prefix cache off (``--time-rows``): the ratio line says what a head costs at serve time.
+
+    python benchmarks/fit_curves.py --model DIR --ks 8,32,128 --test 100 \\
+        --out benchmarks/results/fit_curves/<model>-<cpuclass>-<date>.json
+
+The result file: {"schema": 1, "tool": "fit_curves", "command", "git", "machine", "results"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from typed_decisions.compiler import resolve_label_mode
+from typed_decisions.cpu import describe
+from typed_decisions.decider import Decider
+from typed_decisions.evaluation.datasets import DATASETS, load_dataset
+from typed_decisions.evaluation.fit import head_rows
+from typed_decisions.evaluation.metrics import accuracy, ece, nll
+from typed_decisions.fit import fit_head
+from typed_decisions.fitted import FittedHead
+
+DEFAULT_SETS = ("trec", "sms-spam", "hutto-tweets", "hutto-movies", "rotten-tomatoes", "hutto-nyt", "hutto-amazon",
+                "trec-fine", "causal-judgment", "vitaminc")
+
+
+def per_class(rows: list[dict[str, Any]], gold: list[int], k: int) -> list[int]:
+    """Indices of the first k rows of each class, in the rows' order."""
+    seen: dict[int, int] = {}
+    out = []
+    for i, g in enumerate(gold):
+        if seen.get(g, 0) < k:
+            seen[g] = seen.get(g, 0) + 1
+            out.append(i)
+    return out
+
+
+def scores(probs: np.ndarray, gold: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:
+    """accuracy, NLL, ECE on each bootstrap resample (rows idx[b]) and on all rows (last entry)."""
+    out: dict[str, list[float]] = {"accuracy": [], "nll": [], "ece": []}
+    for rows in [*idx, np.arange(gold.size)]:
+        p, g = list(probs[rows]), list(gold[rows])
+        out["accuracy"].append(accuracy(p, g))
+        out["nll"].append(nll(p, g))
+        out["ece"].append(ece(p, g))
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def interval(x: np.ndarray) -> list[float]:
+    """[value on all rows, 2.5 %, 97.5 %] of resamples x[:-1]."""
+    return [round(float(x[-1]), 4), round(float(np.percentile(x[:-1], 2.5)), 4),
+            round(float(np.percentile(x[:-1], 97.5)), 4)]
+
+
+def time_requests(decider: Decider, spec: Any, head: FittedHead, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds per request alone, zero-shot and fitted, interleaved (order swapped every row), no prefix cache."""
+    t_zero, t_fit = [], []
+    for n, r in enumerate(rows):
+        req = spec.row_request(decider.name, r, n)
+        runs = [("zero", None), ("fit", [{spec.name: head}])]
+        for name, heads in (runs if n % 2 == 0 else runs[::-1]):
+            t0 = time.perf_counter()
+            decider.run_many([req], use_cache=False, heads=heads)
+            (t_zero if name == "zero" else t_fit).append(time.perf_counter() - t0)
+    return {"zero_shot_s": float(np.median(t_zero)), "fitted_s": float(np.median(t_fit)),
+            "ratio_fitted_over_zero_shot": float(np.median(np.array(t_fit) / np.array(t_zero)))}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--datasets", default=",".join(DEFAULT_SETS))
+    p.add_argument("--ks", default="8,32,128", help="rows per class to fit on")
+    p.add_argument("--test", type=int, default=100, help="test-split rows per set")
+    p.add_argument("--boot", type=int, default=1000)
+    p.add_argument("--components", type=int, default=256)
+    p.add_argument("--time-rows", type=int, default=20, help="requests timed per set (0: no timing)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    ks = [int(k) for k in args.ks.split(",")]
+    decider = Decider.load(args.model, threads=args.threads)
+    rng = np.random.default_rng(0)
+    results: dict[str, Any] = {}
+    for name in args.datasets.split(","):
+        t0 = time.perf_counter()
+        cal = load_dataset(name, "calibration")
+        spec = cal.question
+        gold_all = [spec.gold_index(r, n) for n, r in enumerate(cal.rows)]
+        train = [cal.rows[i] for i in per_class(cal.rows, gold_all, max(ks))]
+        test = load_dataset(name, "test", args.test).rows
+        q = spec.question()
+        own = spec.instructions_field is not None
+        h_tr, p_tr, _ = decider.features(q, head_rows(spec, train))
+        h_te, p_te, _ = decider.features(q, head_rows(spec, test))
+        y_tr = np.array([spec.gold_index(r, n) for n, r in enumerate(train)])
+        y_te = np.array([spec.gold_index(r, n) for n, r in enumerate(test)])
+        idx = rng.integers(0, y_te.size, size=(args.boot, y_te.size))
+        zero = scores(p_te, y_te, idx)
+        entry: dict[str, Any] = {"type": spec.type, "options": len(spec.options), "test_rows": int(y_te.size),
+                                 "train_rows_read": int(y_tr.size),
+                                 "zero_shot": {m: interval(v) for m, v in zero.items()}, "fitted": {}}
+        last = None
+        for k in ks:
+            sub = np.array(per_class(train, list(y_tr), k))
+            counts = np.bincount(y_tr[sub], minlength=len(spec.options))
+            if counts.min() < 2:
+                entry["fitted"][str(k)] = {"skipped": f"a class has {int(counts.min())} rows"}
+                continue
+            fit = fit_head(h_tr[sub], p_tr[sub], y_tr[sub], components=args.components)
+            head = FittedHead(question_type=spec.type, classes=decider.option_keys(decider.parse_question(q)),
+                              model=decider.model_key, export_sha256=decider.export_sha256,
+                              prompt_sha256=decider.prompt_sha256(q, own_instructions=own), own_instructions=own,
+                              rows_sha256="-", labels=resolve_label_mode(spec.type, decider.label_mode),
+                              mean=fit.mean, scale=fit.scale,
+                              weights=fit.weights, bias=fit.bias)
+            probs = head.probabilities(h_te, p_te)
+            s = scores(probs, y_te, idx)
+            entry["fitted"][str(k)] = {
+                "rows": int(sub.size), "rows_per_class_min": int(counts.min()), "l2": fit.l2, "components": fit.components,
+                **{m: interval(v) for m, v in s.items()},
+                "accuracy_minus_zero_shot": interval(s["accuracy"] - zero["accuracy"]),
+                "_boot": {m: v.tolist() for m, v in s.items()}}
+            last = head
+        entry["_boot_zero"] = {m: v.tolist() for m, v in zero.items()}
+        if args.time_rows and last is not None:
+            entry["timing"] = time_requests(decider, spec, last, test[: args.time_rows])
+        entry["seconds"] = round(time.perf_counter() - t0, 1)
+        results[name] = entry
+        line = {k: (v["accuracy"] if "accuracy" in v else v) for k, v in entry["fitted"].items()}
+        print(f"{name}: zero-shot acc {entry['zero_shot']['accuracy']}  fitted acc {line}  "
+              f"timing {entry.get('timing')}  ({entry['seconds']} s)", flush=True)
+    # the mean over sets, per readout and k (each resample: the mean of the sets' resampled values)
+    summary: dict[str, Any] = {}
+    for k in ["zero_shot", *map(str, ks)]:
+        for m in ("accuracy", "nll", "ece"):
+            per_set = [np.array(e["_boot_zero"][m] if k == "zero_shot" else e["fitted"][k]["_boot"][m])
+                       for e in results.values() if k == "zero_shot" or "_boot" in e["fitted"].get(k, {})]
+            if per_set:
+                summary.setdefault(k, {})[m] = interval(np.mean(per_set, axis=0))
+        if k != "zero_shot":
+            deltas = [np.array(e["fitted"][k]["_boot"]["accuracy"]) - np.array(e["_boot_zero"]["accuracy"])
+                      for e in results.values() if "_boot" in e["fitted"].get(k, {})]
+            if deltas:
+                summary[k]["accuracy_minus_zero_shot"] = interval(np.mean(deltas, axis=0))
+                summary[k]["sets"] = len(deltas)
+    for e in results.values():  # resamples stay out of the file
+        e.pop("_boot_zero", None)
+        for f in e["fitted"].values():
+            f.pop("_boot", None)
+    ratios = [e["timing"]["ratio_fitted_over_zero_shot"] for e in results.values() if "timing" in e]
+    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out = {"schema": 1, "tool": "fit_curves", "command": " ".join(["python", *sys.argv]), "git": git,
+           "machine": describe(), "model": decider.model_key, "results": {"sets": results, "mean": summary}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps({"mean": summary, "ratio_fitted_over_zero_shot_median": float(np.median(ratios)) if ratios else None}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The fitted readout on the tiny real model: what the head reads is the engine's own hidden state
+at the answer position (oracle: the engine run on that context alone), a fitted answer is the same
+alone, batched and cached, the zero-shot answers beside it do not move, stale heads are refused
+by name, and a fitted preset answers the same through Python, the HTTP endpoint and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from typed_decisions.decider import parse_request
+from typed_decisions.errors import InvalidRequestError
+from typed_decisions.evaluation import presets
+from typed_decisions.evaluation.presets import register_preset, with_head
+
+pytest.importorskip("sklearn", reason="the [fit] extra: pip install 'typed-decisions-runtime[fit]'")
+pytestmark = pytest.mark.model
+
+TEAM = {"type": "choice", "instructions": "Which team should handle this ticket?",
+        "criteria": {"billing": "payments, refunds, invoices", "tech": "bugs, errors, crashes",
+                     "sales": "buying, prices, demos"}}
+TEXTS = {"billing": ["I was charged twice this month", "please refund my last payment", "my invoice shows the wrong amount",
+                     "my card was declined at renewal", "there is a billing error on my account"],
+         "tech": ["the app crashes when I open it", "the login page is broken", "I get error 500 when saving",
+                  "sync stopped working yesterday", "export fails with a bug"],
+         "sales": ["I want to buy 50 more seats", "what is your enterprise pricing", "can I book a demo",
+                   "do you give discounts to schools", "I would like a quote for my team"]}
+ROWS = [{"state": t, "answer": team} for team, texts in TEXTS.items() for t in texts]
+STATE = "my card got charged two times for one order"
+
+
+@pytest.fixture(scope="module")
+def head(tiny_decider):
+    return tiny_decider.fit(TEAM, ROWS, components=16)
+
+
+def _request(decider, state=STATE, question=TEAM):
+    return {"model": decider.name, "state": state, "questions": {"team": question}}
+
+
+def test_the_head_reads_the_engine_s_hidden_state_at_the_answer_position(tiny_decider, head):
+    hidden, zero, groups = tiny_decider.features(TEAM, [{"state": STATE, "answer": "billing"}])
+    comp = tiny_decider.compiler.compile(parse_request(_request(tiny_decider)))
+    (q,) = comp.questions
+    alone: list[np.ndarray] = []
+    tiny_decider.engine.next_token_logits([comp.prefix_ids + q.suffix_ids], [[0]], share_prefixes=False,
+                                          hidden_out=alone)
+    assert np.max(np.abs(hidden[0] - alone[0])) < 1e-5
+    expected = tiny_decider.probabilities(_request(tiny_decider))["team"]
+    assert np.max(np.abs(zero[0] - expected)) < 1e-9 and groups.tolist() == [0]
+    answer = tiny_decider.run_many([_request(tiny_decider)], heads=[{"team": head}])[0].answers["team"]
+    fitted = head.probabilities(hidden[0], zero[0])
+    assert np.max(np.abs(np.array([answer.probabilities[c] for c in head.classes]) - fitted)) < 1e-6
+    assert answer.calibration.startswith(f"fitted head {head.id}")
+
+
+def test_a_fitted_answer_is_the_same_alone_batched_and_cached_and_its_neighbours_do_not_move(tiny_decider, head):
+    others = [_request(tiny_decider, "the page shows error 404"), _request(tiny_decider, "how much is the pro plan")]
+    tiny_decider.engine.clear_cache()
+    (alone,) = tiny_decider.run_many([_request(tiny_decider)], heads=[{"team": head}], use_cache=False)
+    batched = tiny_decider.run_many([others[0], _request(tiny_decider), others[1]], heads=[None, {"team": head}, None])
+    cached = tiny_decider.run_many([_request(tiny_decider)], heads=[{"team": head}])[0]
+    plain = tiny_decider.run_many(others)
+    p = lambda r: np.array(list(r.answers["team"].probabilities.values()))  # noqa: E731
+    assert np.max(np.abs(p(alone) - p(batched[1]))) < 1e-6
+    assert np.max(np.abs(p(alone) - p(cached))) < 1e-6
+    for a, b in zip([batched[0], batched[2]], plain):  # zero-shot neighbours: as without a head in the call
+        assert np.max(np.abs(p(a) - p(b))) < 1e-6 and a.answers["team"].calibration is None
+
+
+def test_explain_shows_the_zero_shot_answer_and_the_head_s_parts(tiny_decider, head):
+    from typed_decisions.explain import render_text
+
+    e = tiny_decider.explain(_request(tiny_decider), heads={"team": head})
+    f = e.questions["team"].fitted
+    zero = tiny_decider.probabilities(_request(tiny_decider))["team"]
+    assert f is not None and f.head == head.id
+    assert max(abs(f.zero_shot[o] - z) for o, z in zip(TEAM["criteria"], zero)) < 1e-9
+    assert f.probabilities == e.answers["team"].probabilities
+    logits = np.array([f.logit_from_zero_shot[c] + f.logit_from_hidden[c] for c in head.classes])
+    soft = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    assert np.max(np.abs(soft - [f.probabilities[c] for c in head.classes])) < 1e-9
+    assert f"fitted head {head.id}" in render_text(e)
+    assert tiny_decider.explain(_request(tiny_decider)).questions["team"].fitted is None
+
+
+def test_a_head_answers_the_options_by_name_in_any_order(tiny_decider, head):
+    listed = {"tech": TEAM["criteria"]["tech"], "sales": TEAM["criteria"]["sales"], "billing": TEAM["criteria"]["billing"]}
+    answer = tiny_decider.run_many([_request(tiny_decider, question={**TEAM, "criteria": listed})],
+                                   heads=[{"team": head}])[0].answers["team"]
+    assert list(answer.probabilities) == ["tech", "sales", "billing"]
+    assert abs(sum(answer.probabilities.values()) - 1) < 1e-12
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"label_mode": "letters"}, "names/none/default; this call reads letters/none/default"),
+    ({"question": {**TEAM, "instructions": "Who should answer?"}}, "another prompt"),
+    ({"question": {**TEAM, "criteria": {**TEAM["criteria"], "legal": None}}}, "not the head's classes"),
+])
+def test_a_stale_head_is_refused_naming_what_differs(tiny_decider, head, change, why):
+    request = _request(tiny_decider, question=change.get("question", TEAM))
+    with pytest.raises(InvalidRequestError, match=why) as e:
+        tiny_decider.run_many([request], heads=[{"team": head}], label_mode=change.get("label_mode"))
+    assert e.value.loc == ("heads", "team")
+
+
+def test_a_head_of_another_export_is_refused(tiny_decider, head):
+    other = head.model_copy(update={"export_sha256": "0" * 64})
+    with pytest.raises(InvalidRequestError, match="another export"):
+        tiny_decider.run_many([_request(tiny_decider)], heads=[{"team": other}])
+
+
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    folder = tmp_path / "presets_data"
+    folder.mkdir()
+    for p in presets._folder().glob("*.json"):
+        (folder / p.name).write_text(p.read_text())
+    monkeypatch.setattr(presets, "_folder", lambda: folder)
+    return folder
+
+
+def _team_preset():
+    return {"name": "team", "version": 1, "question": {
+        "name": "team", "type": "choice", "instructions": TEAM["instructions"],
+        "options": [{"name": k, "description": v} for k, v in TEAM["criteria"].items()]}}
+
+
+def test_a_fitted_preset_answers_the_same_in_python_and_over_http(tiny_decider, head, shipped):
+    from fastapi.testclient import TestClient
+
+    from typed_decisions.server import ServerSettings, create_app
+
+    register_preset(with_head(_team_preset(), head))
+    expected = presets.answer_preset(tiny_decider, "team", STATE)
+    assert expected["calibration"] == f"preset team v1 for {tiny_decider.model_key}: fitted head {head.id}"
+    zero = presets.answer_preset(tiny_decider, "team", STATE, {"fitted": "none"})
+    assert zero["answers"]["team"]["probabilities"] != expected["answers"]["team"]["probabilities"]
+    with TestClient(create_app(tiny_decider, settings=ServerSettings())) as client:
+        r = client.post("/v1/presets/team", json={"state": STATE})
+        assert r.status_code == 200, r.text
+        got = r.json()
+        assert got["calibration"] == expected["calibration"]
+        for k, v in expected["answers"]["team"]["probabilities"].items():
+            assert abs(got["answers"]["team"]["probabilities"][k] - v) < 1e-9
+        # a preset fitted for another model only: 422 naming params.fitted, and the zero-shot way out
+        other = head.model_copy(update={"model": "another-model"})
+        data = _team_preset() | {"version": 2, "fitted": {"another-model": other.model_dump(mode="json")}}
+        register_preset(data)
+        r = client.post("/v1/presets/team", json={"state": STATE})
+        assert r.status_code == 422 and "params.fitted" in r.text, r.text
+        r = client.post("/v1/presets/team", json={"state": STATE, "params": {"fitted": "none"}})
+        assert r.status_code == 200 and r.json()["answers"]["team"]["probabilities"] == zero["answers"]["team"]["probabilities"]
+
+
+def test_the_server_serves_an_operator_s_fitted_preset_file(tiny_decider, head, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from typed_decisions.server import ServerSettings, create_app
+    from typed_decisions.server.main import serve_parser, settings_from_args
+
+    path = tmp_path / "team.json"
+    path.write_text(json.dumps(with_head(_team_preset(), head)))
+    expected = presets.answer_preset(tiny_decider, presets.load_preset(path), STATE)
+    settings = settings_from_args(serve_parser().parse_args(["--model", "x", "--preset", str(path)]))
+    assert settings.presets == [path]
+    with TestClient(create_app(tiny_decider, settings=settings)) as client:
+        listed = client.get("/v1/presets").json()["presets"]
+        assert {"name": "team", "version": 1, "type": "choice"}.items() <= listed[0].items()
+        r = client.post("/v1/presets/team", json={"state": STATE})
+        assert r.status_code == 200, r.text
+        assert r.json()["calibration"] == expected["calibration"] and "fitted head" in expected["calibration"]
+        assert client.get("/v1/presets/team").json()["preset"]["fitted"]["smollm2-135m"]["classes"] == head.classes
+
+
+def test_fit_command_writes_a_preset_that_presets_answer_uses(tiny_model_dir, tmp_path, capsys):
+    from typed_decisions.cli import main
+
+    rows = tmp_path / "tickets.jsonl"
+    rows.write_text("".join(json.dumps({"text": r["state"], "team": r["answer"]}) + "\n" for r in ROWS))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**_team_preset()["question"], "state_field": "text", "gold_field": "team"}))
+    out = tmp_path / "team.json"
+    assert main(["fit", "--model", str(tiny_model_dir), "--data", str(rows), "--spec", str(spec), "--out", str(out),
+                 "--components", "16", "-q"]) == 0
+    printed = capsys.readouterr().out
+    assert "15 rows {'billing': 5, 'tech': 5, 'sales': 5}" in printed and f"preset: {out} (team v1)" in printed
+    saved = json.loads(out.read_text())
+    assert list(saved["fitted"]) == ["smollm2-135m"] and saved["fitted"]["smollm2-135m"]["fitted"]["rows"] == 15
+    assert main(["presets", "answer", str(out), "--model", str(tiny_model_dir), STATE]) == 0
+    answered = json.loads(capsys.readouterr().out)
+    assert answered["calibration"].startswith("preset team v1 for smollm2-135m: fitted head sha256:")
+    # a row whose label is not an option: refused with its index, nothing written
+    rows.write_text(rows.read_text() + json.dumps({"text": "hello", "team": "legal"}) + "\n")
+    bad = tmp_path / "bad.json"
+    assert main(["fit", "--model", str(tiny_model_dir), "--data", str(rows), "--spec", str(spec), "--out", str(bad),
+                 "-q"]) == 2
+    assert "row 15: gold label 'legal' is not an option" in capsys.readouterr().err and not bad.exists()

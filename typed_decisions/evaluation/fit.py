@@ -1,0 +1,141 @@
+"""``typed-decisions fit``: a head fitted on labelled rows, written into a preset.
+
+The rows come as for ``eval`` (``--data rows.jsonl --spec spec.json``, ``--dataset NAME``, or
+``--preset NAME|FILE``); each becomes ``{"state", "answer", "instructions"?}`` (``head_rows``) and
+``Decider.fit`` reads them once and fits the head (``typed_decisions/fit.py``). The output is a
+preset (``presets.Preset``) whose ``fitted`` entry for this model holds the head: a new preset
+(version 1, named after the spec's question) or, with ``--preset``, that preset's copy with the head
+added (a shipped preset's version + 1, like ``calibrate --to-preset``). With ``--test-limit N`` the
+head and the zero-shot readout are also scored on N rows of the test split (metrics.py).
+
+    typed-decisions fit --model default --data tickets.jsonl --spec spec.json --out team.json
+    typed-decisions presets answer team.json --model default "I was billed twice"
+    typed-decisions serve --model default --preset team.json      # POST /v1/presets/team
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..compiler import LABEL_MODES
+from ..errors import InvalidRequestError
+from ..fitted import FittedHead
+from ..wording import WORDINGS
+from .metrics import metrics
+from .presets import load_preset, preset_file, with_head
+from .spec import QuestionSpec
+
+if TYPE_CHECKING:
+    from ..decider import Decider
+
+__all__ = ["head_rows", "fit_spec", "score_head", "main_fit"]
+
+
+def head_rows(spec: QuestionSpec, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of a labelled set as ``Decider.fit`` takes them: state, the gold option's wire key
+    (choice: name; score: level number; noul: yes/no), and the row's own question text if any.
+    A row without a state or a gold label, or with a label that is not an option, is refused
+    with its index and field (``QuestionSpec.state`` / ``gold_index``)."""
+    out = []
+    for n, r in enumerate(rows):
+        row = {"state": spec.state(r, n), "answer": spec.wire_answer(spec.option_names[spec.gold_index(r, n)])}
+        own = spec.instructions_for(r, n)
+        if own is not None:
+            row["instructions"] = own
+        out.append(row)
+    return out
+
+
+def fit_spec(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], **kwargs: Any) -> FittedHead:
+    """``Decider.fit`` of the spec's question on a labelled set's rows (``kwargs`` go to it)."""
+    return decider.fit(spec.question(), head_rows(spec, rows), **kwargs)
+
+
+def score_head(decider: Decider, head: FittedHead, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], *,
+               examples: Sequence[Mapping[str, Any]] | None = None, n_bins: int = 10) -> dict[str, Any]:
+    """Metrics (metrics.py) of the zero-shot readout and of the head on the same rows (one read per row)."""
+    gold = np.array([spec.gold_index(r, n) for n, r in enumerate(rows)])
+    hidden, zero, _ = decider.features(spec.question(), head_rows(spec, rows), examples=examples)
+    idx = head.order(decider.option_keys(decider.parse_question(spec.question())))  # each class's column
+    fitted = np.empty_like(zero)
+    fitted[:, idx] = head.probabilities(hidden, zero[:, idx])
+    return {"rows": len(rows), "zero_shot": metrics(list(zero), list(gold), n_bins=n_bins),
+            "fitted": metrics(list(fitted), list(gold), n_bins=n_bins)}
+
+
+def _preset_data(args: argparse.Namespace, spec: QuestionSpec) -> tuple[dict[str, Any], bool]:
+    """(the preset JSON to add the head to, whether its version is bumped)."""
+    if args.preset:
+        path = Path(args.preset)
+        if path.suffix == ".json" and path.is_file():
+            return json.loads(path.read_text(encoding="utf-8")), False
+        load_preset(args.preset)  # checks the shipped preset against its registered hash
+        return json.loads(preset_file(args.preset).read_text(encoding="utf-8")), True
+    q = spec.model_dump(exclude={"state_field", "gold_field", "gold_map", "instructions_field"}, exclude_none=True)
+    return {"name": spec.name, "version": 1, "description": f"fitted on {args.data or args.dataset}",
+            "question": q}, False
+
+
+def main_fit(argv: list[str]) -> int:
+    """``typed-decisions fit``: see the module docstring and docs/evaluation.md."""
+    from ..decider import Decider
+    from .cli import _source
+
+    p = argparse.ArgumentParser(prog="typed-decisions fit",
+                                description="Fit a head on labelled rows and write it into a preset.")
+    p.add_argument("--model", required=True, help="exported model directory, or a catalogue name")
+    p.add_argument("--dataset", default=None, help="a named dataset (its calibration split by default)")
+    p.add_argument("--data", type=Path, default=None, help="JSONL rows (with --spec or --preset)")
+    p.add_argument("--spec", type=Path, default=None, help="question spec JSON (evaluation.QuestionSpec)")
+    p.add_argument("--preset", default=None, help="a shipped preset's name or a preset .json: its question, and "
+                                                  "the preset the head is added to")
+    p.add_argument("--split", choices=["calibration", "test", "all"], default=None,
+                   help="rows to fit on (default: 'calibration' of a dataset, 'all' of a --data file)")
+    p.add_argument("--limit", type=int, default=None, help="fit on the first N rows of the split (fixed hash order)")
+    p.add_argument("--test-limit", type=int, default=0, help="also score head and zero-shot on N test-split rows")
+    p.add_argument("--rotations", type=int, default=1, help="choice: read each row under R option orders")
+    p.add_argument("--components", type=int, default=256, help="PCA dimensions of the hidden state (default 256)")
+    p.add_argument("--labels", choices=LABEL_MODES, default="auto")
+    p.add_argument("--wording", choices=list(WORDINGS), default="default")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", type=Path, required=True, help="the preset JSON to write")
+    p.add_argument("--bins", type=int, default=10)
+    p.add_argument("-q", "--quiet", action="store_true")
+    args = p.parse_args(argv)
+    split = args.split or ("all" if args.data else "calibration")
+    spec, rows, meta = _source(args, split, args.limit)
+    if not rows:
+        raise InvalidRequestError(f"no rows to fit on in split {split!r}")
+    preset, bump = _preset_data(args, spec)
+    examples = None
+    if preset.get("examples"):
+        from .presets import Preset
+        examples = Preset.model_validate({**preset, "fitted": None, "calibration": None}).wire_examples()
+    decider = Decider.load(args.model, threads=args.threads, label_mode=args.labels, wording=args.wording)
+    command = "typed-decisions fit " + shlex.join(argv)
+    head = fit_spec(decider, spec, rows, rotations=args.rotations, components=args.components,
+                    examples=examples, progress=not args.quiet, command=command)
+    out = with_head(preset, head, bump=bump)
+    args.out.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    f = head.fitted
+    assert f is not None
+    print(f"fitted head {head.id} for {head.model}: {f.rows} rows {f.rows_per_class}, "
+          f"{f.components} PCA dimensions, C={f.l2:g} by {f.folds}-fold CV: accuracy "
+          f"{f.cv_accuracy if f.cv_accuracy is None else round(f.cv_accuracy, 3)} held out "
+          f"(zero-shot on the same rows {f.zero_shot_cv_accuracy:.3f}), {f.seconds:.1f} s")
+    if args.test_limit:
+        _, test_rows, _ = _source(args, "test", args.test_limit)
+        rep = score_head(decider, head, spec, test_rows, examples=examples, n_bins=args.bins)
+        for name in ("zero_shot", "fitted"):
+            m = rep[name]
+            print(f"  test ({rep['rows']} rows) {name:9s} accuracy {m['accuracy']:.3f}  NLL {m['nll']:.3f}  "
+                  f"ECE {m['ece']:.3f}")
+    print(f"preset: {args.out} ({out['name']} v{out['version']})")
+    return 0

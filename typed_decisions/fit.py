@@ -1,0 +1,154 @@
+"""Fitting a head (``fitted.py``) on labelled rows' features: standardize, project, regress.
+
+Given n rows with the hidden state h (n, H) at the answer position, the zero-shot probabilities
+p (n, C) in class order and the gold class y (n,):
+
+    μ, σ    = mean and standard deviation of h per dimension (σ floored at 1e-6 · max σ)
+    z       = (h − μ) / σ
+    V       = the top d right singular vectors of z (d = min(components, n − 1, H)): PCA
+    x       = [clip(log p), z Vᵀ]                               (n, C + d)
+    (A, b)  = L2-regularised multinomial logistic regression on (x, y), class weights
+              n / (C · n_c) ("balanced") so a rare class is not ignored; its inverse strength
+              chosen among L2_GRID by the mean held-out log-loss of stratified k-fold CV
+              (k = min(folds, rows of the rarest class); rows read under several option orders
+              stay in one fold: ``groups``)
+    W       = [A_logp, A_z V]                                   the projection folded in: (C, C + H)
+    b      += log π_rows − log π_balanced    (prior="rows": the rows' class frequencies come back,
+                                              which balanced weights had flattened)
+
+so a served head is ``softmax(W [clip(log p), z] + b)`` (``FittedHead.probabilities``) with no PCA
+at run time. Two classes: scikit-learn fits one logit a = wᵀx + c; it is written as the two rows
+(+w/2, −w/2), (+c/2, −c/2), whose softmax is exactly the sigmoid of a.
+
+The regression is scikit-learn's ``LogisticRegression`` (lbfgs): an optional dependency
+(``pip install 'typed-decisions-runtime[fit]'``), imported only here and only when fitting;
+serving a head needs numpy alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from .errors import InvalidRequestError
+from .fitted import LOG_FLOOR
+
+__all__ = ["HeadFit", "L2_GRID", "SKLEARN_HINT", "fit_head", "check_rows_per_class"]
+
+L2_GRID = tuple(float(c) for c in np.logspace(-4, 2, 7))  # inverse regularisation strengths tried
+SKLEARN_HINT = "fitting a head needs scikit-learn: pip install 'typed-decisions-runtime[fit]'"
+MIN_ROWS_PER_CLASS = 2
+
+
+@dataclass(frozen=True)
+class HeadFit:
+    """The arrays of a fitted head and how the fit went (``FittedHead`` and ``FitReport`` fields)."""
+
+    mean: np.ndarray       # (H,)
+    scale: np.ndarray      # (H,)
+    weights: np.ndarray    # (C, C + H)
+    bias: np.ndarray       # (C,)
+    components: int
+    l2: float
+    folds: int
+    cv_accuracy: float | None
+    cv_nll: float | None
+    zero_shot_accuracy: float
+    seconds: float
+
+
+def check_rows_per_class(gold: Sequence[int], classes: Sequence[str], *, field: str = "rows") -> None:
+    """Refuse fewer than two rows of any class, naming the classes (InvalidRequestError)."""
+    counts = np.bincount(np.asarray(gold, dtype=np.int64), minlength=len(classes))
+    short = [f"{c!r} ({int(k)})" for c, k in zip(classes, counts) if k < MIN_ROWS_PER_CLASS]
+    if short:
+        raise InvalidRequestError(
+            f"a fitted head needs at least {MIN_ROWS_PER_CLASS} labelled rows of every option; too few for "
+            f"{', '.join(short)}", (field,))
+
+
+def _sklearn():
+    try:
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+    except ImportError as e:
+        raise ImportError(SKLEARN_HINT) from e
+    return LogisticRegression, StratifiedKFold, StratifiedGroupKFold
+
+
+def _regression(x: np.ndarray, y: np.ndarray, c: float, class_weight: str | None, seed: int, tol: float):
+    LogisticRegression, _, _ = _sklearn()
+    model = LogisticRegression(C=c, class_weight=class_weight, max_iter=10000, tol=tol, random_state=seed)
+    return model.fit(x, y)
+
+
+def _log_loss(probs: np.ndarray, y: np.ndarray) -> float:
+    return float(-np.mean(np.log(np.clip(probs[np.arange(y.size), y], 1e-300, None))))
+
+
+def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, components: int = 256,
+             class_weight: Literal["balanced", "none"] = "balanced", prior: Literal["rows", "uniform"] = "rows",
+             folds: int = 5, l2_grid: Sequence[float] = L2_GRID, groups: Sequence[int] | None = None,
+             seed: int = 0, tol: float = 1e-6) -> HeadFit:
+    """Fit the head of the module docstring. ``hidden`` (n, H), ``probs`` (n, C) zero-shot
+    probabilities in class order, ``gold`` (n,) class indices; every class needs >= 2 rows.
+    ``groups``: rows sharing a group (one row read under several option orders) share a CV fold;
+    ``tol``: lbfgs's stopping tolerance."""
+    t0 = time.perf_counter()
+    h = np.asarray(hidden, dtype=np.float64)
+    p = np.asarray(probs, dtype=np.float64)
+    y = np.asarray(gold, dtype=np.int64)
+    n, n_classes = p.shape
+    if h.ndim != 2 or h.shape[0] != n or y.shape != (n,):
+        raise ValueError(f"hidden (n, H), probs (n, C) and gold (n,) must agree: {h.shape}, {p.shape}, {y.shape}")
+    check_rows_per_class(y, [str(i) for i in range(n_classes)])
+    cw = None if class_weight == "none" else "balanced"
+
+    mean = h.mean(axis=0)
+    sd = h.std(axis=0)
+    scale = np.maximum(sd, 1e-6 * max(float(sd.max()), 1e-30))
+    z = (h - mean) / scale                                                    # (n, H)
+    d = max(1, min(components, n - 1, h.shape[1]))
+    _, _, vt = np.linalg.svd(z, full_matrices=False)
+    v = vt[:d]                                                                # (d, H)
+    with np.errstate(divide="ignore"):
+        lp = np.maximum(np.log(p), LOG_FLOOR)                                 # (n, C)
+    x = np.concatenate([lp, z @ v.T], axis=1)                                 # (n, C + d)
+
+    # the regularisation, by held-out log-loss
+    counts = np.bincount(y, minlength=n_classes)
+    k = int(min(folds, counts.min()))
+    best_c, cv_acc, cv_nll = float(l2_grid[len(l2_grid) // 2]), None, None
+    if k >= 2 and len(l2_grid) > 1:
+        _, StratifiedKFold, StratifiedGroupKFold = _sklearn()
+        if groups is not None:
+            splits = list(StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed).split(x, y, groups))
+        else:
+            splits = list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(x, y))
+        scores = []
+        for c in l2_grid:
+            held = np.zeros((n, n_classes))
+            for train, test in splits:
+                if np.unique(y[train]).size < n_classes:  # a fold without some class cannot score it
+                    continue
+                held[test] = _regression(x[train], y[train], c, cw, seed, tol).predict_proba(x[test])
+            seen = held.sum(axis=1) > 0
+            scores.append((_log_loss(held[seen], y[seen]), float(np.mean(held[seen].argmax(1) == y[seen])), c))
+        cv_nll, cv_acc, best_c = min(scores)
+
+    model = _regression(x, y, best_c, cw, seed, tol)
+    coef, intercept = model.coef_, model.intercept_
+    if n_classes == 2:  # one logit a for class 1 → rows (−a/2, +a/2): softmax = sigmoid(a)
+        coef = np.vstack([-coef[0] / 2, coef[0] / 2])
+        intercept = np.array([-intercept[0] / 2, intercept[0] / 2])
+    weights = np.concatenate([coef[:, :n_classes], coef[:, n_classes:] @ v], axis=1)   # (C, C + H)
+    bias = np.array(intercept, dtype=np.float64)
+    if cw is not None and prior == "rows":
+        bias = bias + np.log(counts / n) - np.log(1.0 / n_classes)
+    return HeadFit(mean=mean, scale=scale, weights=weights, bias=bias, components=d, l2=best_c, folds=k if k >= 2 else 0,
+                   cv_accuracy=cv_acc, cv_nll=cv_nll, zero_shot_accuracy=float(np.mean(p.argmax(1) == y)),
+                   seconds=time.perf_counter() - t0)
