@@ -6,6 +6,10 @@
 All questions of all requests passed together go to the engine in ONE call, so the state prefix is
 prefilled once, question suffixes run as one batch, and multi-token label branches as another.
 
+Why over 400 lines: the public surface (``decide``, ``run_many``, ``readouts``, ``explain``, ``fit``,
+``features``, the heads' checks) stays on one class, the object every integration holds; the work
+each method calls lives in its own module (readout_plan.py, explain.py, fit.py, fitted.py).
+
 >>> decider = Decider.load("tiny")     # a catalogue name, or an export directory  # doctest: +SKIP
 >>> decider.decide("I was charged twice.", {"team": Choice(criteria={"billing": None, "tech": None})})  # doctest: +SKIP
 DecisionResponse(model='tiny', answers={'team': ChoiceAnswer(choice='billing', ...)}, usage=...)
@@ -15,8 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +30,16 @@ from . import debias as debiasing
 from . import reducers
 from .artifacts import Artifacts, load_artifacts
 from .calibration import CalibrationFile, calibrate
-from .compiler import CompiledQuestion, CompiledRequest, Compiler, LabelMode, resolve_label_mode
+from .compiler import CompiledRequest, Compiler, LabelMode, resolve_label_mode
 from .debias import MAX_ROTATIONS, Debias
 from .engine import Engine
-from .explain import (CONFIDENCE_MEANING, DebiasExplanation, DroppedText, Explanation, FittedExplanation, LabelPath,
-                      LabelToken, OptionExplanation, QuestionExplanation, RotationExplanation, TokenAccount, TrieNode)
+from .errors import InvalidRequestError
+from .explain import Explanation, QuestionExplanation, TokenAccount, explain_head, explain_question
 from .exports import locate
 from .fit import check_rows_per_class, fit_head
-from .fitted import FitReport, FittedHead, head_features
-from .errors import InvalidRequestError
-from .readout import LabelTrie, option_probabilities, path_probabilities
+from .fitted import FitReport, FittedHead
 from .readout import label_mass as mass_on_labels
+from .readout_plan import Readout, ReadoutPlan, fitted_probabilities, plan_readout
 from .reducers import ConfidenceKind
 from .schema import Answer, Content, DecisionRequest, DecisionResponse, Example, Question, Usage, json_sha256
 from .tokenization import ChatTemplate, TextTokenizer
@@ -63,188 +65,6 @@ def parse_request(data: DecisionRequest | Mapping[str, Any]) -> DecisionRequest:
             msg = err["msg"].removeprefix("Value error, ")
             errors.append((tuple(loc), msg))
         raise InvalidRequestError(errors[0][1], errors[0][0], errors=errors) from None
-
-
-@dataclass(frozen=True)
-class Readout:
-    """Raw readout of one question: per trie node (prefix) the children and their logits.
-
-    With ``debias="rotate"`` the question's other option orders are ``rotations`` (each a Readout
-    of its own prompt); ``probabilities`` is then their average (``debias.average``).
-    ``label_mass``: this prompt's share of the full softmax on the root's tokens, when asked for.
-    ``hidden``: the hidden state (H,) at the answer position (the root's context), when asked for
-    (a fitted head reads it, ``fitted.py``).
-    """
-
-    question: CompiledQuestion
-    trie: LabelTrie
-    node_logits: dict[tuple[int, ...], np.ndarray]
-    rotations: tuple[Readout, ...] = ()
-    label_mass: float | None = None
-    hidden: np.ndarray | None = None
-
-    def own_probabilities(self) -> np.ndarray:
-        """This prompt's option probabilities (the order as listed when it is rotation 0)."""
-        return option_probabilities(self.trie, self.node_logits, len(self.question.options))
-
-    def rotation_probabilities(self) -> list[np.ndarray]:
-        """Every order's probabilities, in the listed option order; the listed order first."""
-        return [self.own_probabilities()] + [r.own_probabilities() for r in self.rotations]
-
-    def probabilities(self) -> np.ndarray:
-        if not self.rotations:
-            return self.own_probabilities()
-        return debiasing.average(self.rotation_probabilities())
-
-    def mean_label_mass(self) -> float | None:
-        """The label mass, averaged over the orders when the question was rotated."""
-        masses = [r.label_mass for r in (self, *self.rotations)]
-        return None if any(m is None for m in masses) else float(np.mean(masses))  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class ReadoutPlan:
-    """The engine work of compiled requests: one context (prompt + trie node) per trie node with
-    more than one child, the token ids allowed after it, and where each readout belongs.
-    ``Decider`` runs it on its engine; benchmarks run the same plan on other backends."""
-
-    compiled: tuple[CompiledRequest, ...]
-    tries: tuple[tuple[LabelTrie, ...], ...]              # [request][unit] (``CompiledRequest.units``)
-    contexts: tuple[tuple[int, ...], ...]                 # prefix + suffix + trie node, per readout
-    allowed: tuple[tuple[int, ...], ...]                  # the node's children, per readout
-    where: tuple[tuple[int, int, tuple[int, ...]], ...]   # (request, unit, trie node), per readout
-
-    def readouts(self, logits: Sequence[np.ndarray],
-                 masses: Mapping[tuple[int, int], float] | None = None,
-                 hiddens: Mapping[tuple[int, int], np.ndarray] | None = None) -> list[list[Readout]]:
-        """The readouts of every question of every request, given one logit vector per context
-        (and, when label mass was read, the mass per (request, unit); when hidden states were
-        kept, the root's per (request, unit))."""
-        node_logits: list[list[dict[tuple[int, ...], np.ndarray]]] = [
-            [{} for _ in comp.units()] for comp in self.compiled]
-        for (ri, ui, u), z in zip(self.where, logits):
-            node_logits[ri][ui][u] = z
-        out = []
-        for ri, comp in enumerate(self.compiled):
-            units = comp.units()
-            reads = [Readout(q, self.tries[ri][ui], node_logits[ri][ui],
-                             label_mass=None if masses is None else masses.get((ri, ui)),
-                             hidden=None if hiddens is None else hiddens.get((ri, ui)))
-                     for ui, (_, _, q) in enumerate(units)]
-            rotated: list[list[Readout]] = [[] for _ in comp.questions]
-            for (qi, rot, _), r in zip(units, reads):
-                if rot > 0:
-                    rotated[qi].append(r)
-            out.append([Readout(r.question, r.trie, r.node_logits, tuple(rotated[qi]), r.label_mass, r.hidden)
-                        for qi, r in enumerate(reads[: len(comp.questions)])])
-        return out
-
-    def roots(self) -> list[int]:
-        """The index of each unit's root readout (where the label mass is read), in ``where`` order."""
-        return [i for i, (_, _, u) in enumerate(self.where) if u == ()]
-
-
-def plan_readout(compiled: Sequence[CompiledRequest], *, read_roots: bool | Sequence[bool] = False) -> ReadoutPlan:
-    """Build the label tries of every question and the contexts the engine must read.
-
-    ``read_roots`` (for every request, or one flag per request): read every trie's root even when
-    it has one child (the label mass and a fitted head need the hidden state there); its logits
-    then only confirm probability 1.
-    """
-    roots = [read_roots] * len(compiled) if isinstance(read_roots, bool) else list(read_roots)
-    contexts: list[tuple[int, ...]] = []
-    allowed: list[tuple[int, ...]] = []
-    where: list[tuple[int, int, tuple[int, ...]]] = []
-    tries: list[tuple[LabelTrie, ...]] = []
-    for ri, comp in enumerate(compiled):
-        request_tries = []
-        for ui, (_, _, q) in enumerate(comp.units()):
-            trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
-            request_tries.append(trie)
-            for u, kids in trie.internal_nodes():
-                if len(kids) == 1 and not (roots[ri] and u == ()):
-                    continue  # a single child has probability 1: no readout needed
-                contexts.append(comp.prefix_ids + q.suffix_ids + u)
-                allowed.append(kids)
-                where.append((ri, ui, u))
-        tries.append(tuple(request_tries))
-    return ReadoutPlan(tuple(compiled), tuple(tries), tuple(contexts), tuple(allowed), tuple(where))
-
-
-def _explain_question(r: Readout, answer: Answer, question: Question, token: Callable[[int], str],
-                      decode: Callable[[list[int]], str], confidence: ConfidenceKind) -> QuestionExplanation:
-    """One question's part of ``Decider.explain``: options with their label paths, the trie nodes."""
-    q, trie = r.question, r.trie
-    logit_at = {u: dict(zip(trie.children[u], map(float, z))) for u, z in r.node_logits.items()}
-    path_p = path_probabilities(trie, r.node_logits)
-    uncalibrated = r.own_probabilities()  # the order as listed; with debias the answer averages orders
-    calibrated = answer_probabilities(answer, q.options) if answer.calibration else None
-    meanings: dict[str, Content | None] = {}
-    if question.type == "choice":
-        meanings = dict(question.criteria)
-    elif question.type == "score":
-        meanings = {k: v for k, v in q.legend.items()}
-    elif question.criteria is not None:
-        meanings = {q.options[0]: question.criteria.true, q.options[1]: question.criteria.false} \
-            if len(q.options) == 2 else {}
-    options = []
-    for oi, (name, label) in enumerate(zip(q.options, q.labels)):
-        paths = [LabelPath(text=q.label_paths.texts[j],
-                           tokens=[LabelToken(id=t, text=token(t), logit=logit_at.get(path[:k], {}).get(t))
-                                   for k, t in enumerate(path)],
-                           probability=float(path_p[j]))
-                 for j, path in enumerate(trie.paths) if trie.owners[j] == oi]
-        options.append(OptionExplanation(
-            option=name, label=label, meaning=meanings.get(name), paths=paths,
-            probability=float(uncalibrated[oi]),
-            calibrated_probability=None if calibrated is None else float(calibrated[oi])))
-    nodes = [TrieNode(prefix=list(u), prefix_text=decode(list(u)), children=list(kids),
-                      children_text=[token(t) for t in kids],
-                      logits=[float(x) for x in r.node_logits[u]] if u in r.node_logits else None)
-             for u, kids in trie.internal_nodes()]
-    dropped = [DroppedText(option=q.options[d.option], text=d.text, reason=d.reason) for d in q.label_paths.dropped]
-    debias = None
-    if r.rotations:
-        dists = r.rotation_probabilities()
-        debias = DebiasExplanation(
-            mode="rotate",
-            rotations=[RotationExplanation(
-                order=[q.options[j] for j in (rq.question.order or range(len(q.options)))],
-                suffix_tokens=len(rq.question.suffix_ids),
-                probabilities={o: float(x) for o, x in zip(q.options, p)}, label_mass=rq.label_mass)
-                for rq, p in zip((r, *r.rotations), dists)],
-            probabilities={o: float(x) for o, x in zip(q.options, r.probabilities())},
-            flip_rate=debiasing.flip_rate(dists))
-    return QuestionExplanation(
-        type=q.type, label_mode=q.label_mode, question_text=q.question_text,
-        suffix_tokens=len(q.suffix_ids), options=options, nodes=nodes, answer=answer,
-        confidence_meaning=None if q.type == "noul" else CONFIDENCE_MEANING[confidence],
-        dropped_verbalizers=dropped, label_mass=r.mean_label_mass(), debias=debias)
-
-
-def _explain_head(head: FittedHead, r: Readout) -> FittedExplanation:
-    """A head's contribution to one answer: its logit split into the zero-shot and hidden parts."""
-    assert r.hidden is not None
-    names = list(r.question.options)
-    idx = head.order(names)
-    zero = r.probabilities()
-    x = head_features(r.hidden, np.log(np.maximum(zero[idx], 1e-300)), head.mean, head.scale)
-    k = len(head.classes)
-    from_zero = head.weights[:, :k] @ x[:k]
-    from_hidden = head.weights[:, k:] @ x[k:] + head.bias
-    p = fitted_probabilities(head, r)
-    return FittedExplanation(head=head.id, rows=head.fitted.rows if head.fitted else None,
-                             zero_shot={o: float(zero[i]) for i, o in enumerate(names)},
-                             probabilities={o: float(p[i]) for i, o in enumerate(names)},
-                             logit_from_zero_shot={c: float(v) for c, v in zip(head.classes, from_zero)},
-                             logit_from_hidden={c: float(v) for c, v in zip(head.classes, from_hidden)})
-
-
-def answer_probabilities(answer: Answer, options: Sequence[str]) -> np.ndarray:
-    """The probabilities an answer reports, in option order (noul: [P(yes), P(no)])."""
-    if answer.type == "noul":
-        return np.array([answer.noul, 1.0 - answer.noul])
-    return np.array([answer.probabilities[o] for o in options])
 
 
 class Decider:
@@ -421,10 +241,10 @@ class Decider:
             head = heads.get(q.name)
             answer = self._answer(r, cf.get(q.name) if cf else None,
                                   with_mass=bool(req.include and "label_mass" in req.include), head=head)
-            questions[q.name] = _explain_question(r, answer, req.questions[q.name], token,
+            questions[q.name] = explain_question(r, answer, req.questions[q.name], token,
                                                   self.tokenizer.decode, self.confidence_kind)
             if head is not None:
-                questions[q.name].fitted = _explain_head(head, r)
+                questions[q.name].fitted = explain_head(head, r)
         answers = {name: qe.answer for name, qe in questions.items()}
         logical = comp.logical_tokens
         return Explanation(
@@ -722,16 +542,4 @@ class Decider:
         return answer
 
 
-def fitted_probabilities(head: FittedHead, r: Readout) -> np.ndarray:
-    """A fitted head's probabilities for one readout, in the question's listed option order: the
-    head reads the root hidden state and the zero-shot probabilities in its class order."""
-    if r.hidden is None:
-        raise ValueError("the readout kept no hidden state (ask _read with hidden=True)")
-    idx = head.order(r.question.options)                # listed index of each class
-    fitted = head.probabilities(r.hidden, r.probabilities()[idx])
-    p = np.empty_like(fitted)
-    p[idx] = fitted
-    return p
-
-
-__all__ = ["Decider", "Readout", "ReadoutPlan", "fitted_probabilities", "parse_request", "plan_readout"]
+__all__ = ["Decider", "Readout", "ReadoutPlan", "fitted_probabilities", "parse_request", "plan_readout"]  # planning: readout_plan.py

@@ -15,11 +15,20 @@ holds each node's children and their logits; a node with one child is not read: 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, Field
 
-from .schema import Answer, Content, Usage
+from . import debias as debiasing
+from .fitted import FittedHead, head_features
+from .readout import path_probabilities
+from .readout_plan import Readout, fitted_probabilities
+from .schema import Answer, Content, Question, Usage
+
+if TYPE_CHECKING:
+    from .reducers import ConfidenceKind
 
 CONFIDENCE_MEANING = {
     "typesafe": "(k·p* − 1)/(k − 1): 0 when the chosen option is no likelier than a uniform pick "
@@ -233,6 +242,86 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
     return e.model_dump(mode="json")
 
 
+# ---------------------------------------------------------------- building (Decider.explain)
+
+
+def explain_question(r: Readout, answer: Answer, question: Question, token: Callable[[int], str],
+                      decode: Callable[[list[int]], str], confidence: ConfidenceKind) -> QuestionExplanation:
+    """One question's part of ``Decider.explain``: options with their label paths, the trie nodes."""
+    q, trie = r.question, r.trie
+    logit_at = {u: dict(zip(trie.children[u], map(float, z))) for u, z in r.node_logits.items()}
+    path_p = path_probabilities(trie, r.node_logits)
+    uncalibrated = r.own_probabilities()  # the order as listed; with debias the answer averages orders
+    calibrated = answer_probabilities(answer, q.options) if answer.calibration else None
+    meanings: dict[str, Content | None] = {}
+    if question.type == "choice":
+        meanings = dict(question.criteria)
+    elif question.type == "score":
+        meanings = {k: v for k, v in q.legend.items()}
+    elif question.criteria is not None:
+        meanings = {q.options[0]: question.criteria.true, q.options[1]: question.criteria.false} \
+            if len(q.options) == 2 else {}
+    options = []
+    for oi, (name, label) in enumerate(zip(q.options, q.labels)):
+        paths = [LabelPath(text=q.label_paths.texts[j],
+                           tokens=[LabelToken(id=t, text=token(t), logit=logit_at.get(path[:k], {}).get(t))
+                                   for k, t in enumerate(path)],
+                           probability=float(path_p[j]))
+                 for j, path in enumerate(trie.paths) if trie.owners[j] == oi]
+        options.append(OptionExplanation(
+            option=name, label=label, meaning=meanings.get(name), paths=paths,
+            probability=float(uncalibrated[oi]),
+            calibrated_probability=None if calibrated is None else float(calibrated[oi])))
+    nodes = [TrieNode(prefix=list(u), prefix_text=decode(list(u)), children=list(kids),
+                      children_text=[token(t) for t in kids],
+                      logits=[float(x) for x in r.node_logits[u]] if u in r.node_logits else None)
+             for u, kids in trie.internal_nodes()]
+    dropped = [DroppedText(option=q.options[d.option], text=d.text, reason=d.reason) for d in q.label_paths.dropped]
+    debias = None
+    if r.rotations:
+        dists = r.rotation_probabilities()
+        debias = DebiasExplanation(
+            mode="rotate",
+            rotations=[RotationExplanation(
+                order=[q.options[j] for j in (rq.question.order or range(len(q.options)))],
+                suffix_tokens=len(rq.question.suffix_ids),
+                probabilities={o: float(x) for o, x in zip(q.options, p)}, label_mass=rq.label_mass)
+                for rq, p in zip((r, *r.rotations), dists)],
+            probabilities={o: float(x) for o, x in zip(q.options, r.probabilities())},
+            flip_rate=debiasing.flip_rate(dists))
+    return QuestionExplanation(
+        type=q.type, label_mode=q.label_mode, question_text=q.question_text,
+        suffix_tokens=len(q.suffix_ids), options=options, nodes=nodes, answer=answer,
+        confidence_meaning=None if q.type == "noul" else CONFIDENCE_MEANING[confidence],
+        dropped_verbalizers=dropped, label_mass=r.mean_label_mass(), debias=debias)
+
+
+def explain_head(head: FittedHead, r: Readout) -> FittedExplanation:
+    """A head's contribution to one answer: its logit split into the zero-shot and hidden parts."""
+    assert r.hidden is not None
+    names = list(r.question.options)
+    idx = head.order(names)
+    zero = r.probabilities()
+    x = head_features(r.hidden, np.log(np.maximum(zero[idx], 1e-300)), head.mean, head.scale)
+    k = len(head.classes)
+    from_zero = head.weights[:, :k] @ x[:k]
+    from_hidden = head.weights[:, k:] @ x[k:] + head.bias
+    p = fitted_probabilities(head, r)
+    return FittedExplanation(head=head.id, rows=head.fitted.rows if head.fitted else None,
+                             zero_shot={o: float(zero[i]) for i, o in enumerate(names)},
+                             probabilities={o: float(p[i]) for i, o in enumerate(names)},
+                             logit_from_zero_shot={c: float(v) for c, v in zip(head.classes, from_zero)},
+                             logit_from_hidden={c: float(v) for c, v in zip(head.classes, from_hidden)})
+
+
+def answer_probabilities(answer: Answer, options: Sequence[str]) -> np.ndarray:
+    """The probabilities an answer reports, in option order (noul: [P(yes), P(no)])."""
+    if answer.type == "noul":
+        return np.array([answer.noul, 1.0 - answer.noul])
+    return np.array([answer.probabilities[o] for o in options])
+
+
 __all__ = ["CONFIDENCE_MEANING", "DebiasExplanation", "DroppedText", "Explanation", "LabelPath", "LabelToken",
            "OptionExplanation", "QuestionExplanation", "RotationExplanation", "TokenAccount", "TrieNode",
-           "explanation_json", "render_text"]
+           "explanation_json", "render_text",
+           "FittedExplanation", "answer_probabilities", "explain_head", "explain_question"]

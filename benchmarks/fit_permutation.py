@@ -1,0 +1,93 @@
+"""Option-order robustness of fitted choice heads (issue #31): does the head flip when the options
+are listed in another order, and does fitting over rotations of the order fix it?
+
+For each choice set, a head is fitted on the first ``--k`` calibration rows of each class twice:
+read in the listed order only (``rotations=1``), and under every cyclic rotation of the options
+(``rotations=C``, the rows' lines grouped for CV). Each of ``--test`` test rows is then re-asked
+under ``--perms`` random orders (evaluation.permutation: the same orders for every readout) and the
+flip rate (share of orders whose top option differs from the listed order's) and the mean total
+variation are reported for zero-shot, the listed-order head and the rotation head, with each one's
+accuracy in the listed order.
+
+    python benchmarks/fit_permutation.py --model DIR --datasets trec,rotten-tomatoes,vitaminc \\
+        --out benchmarks/results/fit_permutation/<model>-<cpuclass>-<date>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from typed_decisions.cpu import describe
+from typed_decisions.decider import Decider
+from typed_decisions.evaluation.datasets import load_dataset
+from typed_decisions.evaluation.fit import head_rows
+from typed_decisions.evaluation.permutation import permutation_report
+
+
+def per_class(gold: list[int], k: int) -> list[int]:
+    seen: dict[int, int] = {}
+    out = []
+    for i, g in enumerate(gold):
+        if seen.get(g, 0) < k:
+            seen[g] = seen.get(g, 0) + 1
+            out.append(i)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--datasets", default="trec,rotten-tomatoes,vitaminc")
+    p.add_argument("--k", type=int, default=32)
+    p.add_argument("--test", type=int, default=60)
+    p.add_argument("--perms", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    decider = Decider.load(args.model, threads=args.threads)
+    results: dict[str, Any] = {}
+    for name in args.datasets.split(","):
+        cal = load_dataset(name, "calibration")
+        spec = cal.question
+        if spec.type != "choice":
+            continue
+        gold = [spec.gold_index(r, n) for n, r in enumerate(cal.rows)]
+        train = [cal.rows[i] for i in per_class(gold, args.k)]
+        test = load_dataset(name, "test", args.test).rows
+        q = spec.question()
+        heads = {"listed order": decider.fit(q, head_rows(spec, train), rotations=1),
+                 f"{len(spec.options)} rotations": decider.fit(q, head_rows(spec, train), rotations=len(spec.options))}
+        entry: dict[str, Any] = {}
+        for label, head in [("zero-shot", None), *heads.items()]:
+            flips, tvs, correct = [], [], []
+            for n, row in enumerate(test):
+                def probs_for(order: list[int], row: dict[str, Any] = row, n: int = n) -> np.ndarray:
+                    req = spec.row_request(decider.name, row, n, order)
+                    ans = decider.run_many([req], heads=None if head is None else [{spec.name: head}])[0]
+                    return np.array([ans.answers[spec.name].probabilities[spec.options[i].name] for i in order])
+
+                rep = permutation_report(probs_for, list(range(len(spec.options))), k=args.perms, seed=n)
+                flips.append(rep.flip_rate)
+                tvs.append(rep.mean_tv)
+                correct.append(int(np.argmax(rep.identity_probs)) == spec.gold_index(row, n))
+            entry[label] = {"flip_rate": round(float(np.mean(flips)), 4), "mean_tv": round(float(np.mean(tvs)), 4),
+                            "accuracy": round(float(np.mean(correct)), 4)}
+            print(f"{name} {label}: {entry[label]}", flush=True)
+        results[name] = {"k": args.k, "test_rows": len(test), "perms": args.perms, **entry}
+    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out = {"schema": 1, "tool": "fit_permutation", "command": " ".join(["python", *sys.argv]), "git": git,
+           "machine": describe(), "model": decider.model_key, "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
