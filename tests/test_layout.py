@@ -28,7 +28,7 @@ PACKAGES = {  # import name → folder holding it
     "dspy_typed_decisions": ROOT / "integrations" / "dspy",
     "ray_typed_decisions": ROOT / "integrations" / "ray",
 }
-# Import edges allowed to close a cycle: none (export.py and quantize.py share layout.py instead).
+# Import edges allowed to close a cycle: none (export.py and int8/pipeline.py share layout.py instead).
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 

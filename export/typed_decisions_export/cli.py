@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .errors import ExportError
-from .quantize import Int8Options
+from .int8.options import Int8Options
 
 
 def _alpha(text: str) -> float | str:
