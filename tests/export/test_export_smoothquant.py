@@ -628,7 +628,6 @@ def test_fused_gate_up_keeps_down_proj_float32_and_says_why(tiny_exports, tmp_pa
     assert q["excluded"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
 
 
-@pytest.mark.int8_u8s8("--activations tensor: its drift probe runs the u8*s8 graph (no u8*u8 twin for per-tensor scales)")
 def test_cli_smooth(tiny_folders, tmp_path, capsys):
     out = tmp_path / "cli-sq"
     rc = main([str(tiny_folders["qwen2"]), "--out", str(out), "--quantize", "int8", "--smooth", "0.6", "--force", "--quiet"])
@@ -636,13 +635,14 @@ def test_cli_smooth(tiny_folders, tmp_path, capsys):
     sm = json.loads((out / "manifest.json").read_text())["quantization"]["smoothing"]
     assert sm["alpha"] == 0.6 and sm["smoothed"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
     assert sm["activations"] == "per_token"
-    out2 = tmp_path / "cli-sq-tensor"
+    out2 = tmp_path / "cli-sq-keep"
     assert main([str(tiny_folders["qwen2"]), "--out", str(out2), "--quantize", "int8", "--smooth", "0.5", "--keep-float", "1",
-                 "--activations", "tensor", "--force", "--quiet"]) == 0
+                 "--force", "--quiet"]) == 0
     q = json.loads((out2 / "manifest.json").read_text())["quantization"]
-    assert q["smoothing"]["activations"] == "per_tensor" and len(q["excluded"]) == 1
+    assert q["smoothing"]["activations"] == "per_token" and len(q["excluded"]) == 1
     capsys.readouterr()
-    for bad in (["--smooth", "2"], ["--smooth", "half"]):
+    # Per-tensor activations are a negative control (Int8Options), not a command-line choice.
+    for bad in (["--smooth", "2"], ["--smooth", "half"], ["--activations", "tensor"]):
         with pytest.raises(SystemExit) as e:
             main([str(tiny_folders["qwen2"]), "--out", str(tmp_path / "x"), "--quantize", "int8", *bad])
         assert e.value.code == 2
