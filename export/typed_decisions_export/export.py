@@ -56,7 +56,7 @@ def export_model(
     if quantize not in (None, "int8"):
         raise ExportError(f"quantize={quantize!r}: the only supported value is 'int8'")
     if quantize is None and int8 is not None:  # refused before the (long) export, not after
-        raise ExportError("INT8 options (smooth / keep_float / activations) apply to INT8 only (quantize='int8')")
+        raise ExportError("INT8 options (smooth / keep_float / weight_bits / down_levels) apply to INT8 only (quantize='int8')")
     if opset < 18:
         raise ExportError(f"opset={opset}: the format needs opset >= 18")
     out_dir = Path(out_dir)

@@ -164,18 +164,18 @@ def test_cli_int8_in_place_with_force(tiny_folders, tmp_path, capsys):
 
 @pytest.mark.int8_u8s8("two per-tensor u8*s8 graphs compared on the same kernel")
 def test_streaming_quantizer_equals_onnxruntime_quantize_dynamic(smollm2_export, tmp_path):
-    """Oracle: with per-tensor activations, quantize_matmuls writes the graph quantize_dynamic writes
+    """Oracle: with per-tensor activations, the study writer (export/studies) writes the graph quantize_dynamic writes
     (per-channel, MatMul weights, down_proj excluded), so ONNX Runtime computes identical hidden
     states from both."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from typed_decisions_export.int8.matmul_rewrite import quantize_matmuls
+    from td_studies import int8_variants
     from typed_decisions_export.ort_backbone import OrtBackbone
 
     src, manifest = smollm2_export
     nodes, _ = excluded_nodes(src / "model.onnx")
-    assert quantize_matmuls(src / "model.onnx", tmp_path / "mine.onnx", exclude=set(nodes), activations="per_tensor",
-                            log=lambda m: None) == 180  # 30 layers x 6
+    assert int8_variants().quantize_matmuls_study(src / "model.onnx", tmp_path / "mine.onnx", exclude=set(nodes),
+                                                  activations="per_tensor", log=lambda m: None) == 180  # 30 layers x 6
     quantize_dynamic(
         src / "model.onnx", tmp_path / "ort.onnx", op_types_to_quantize=["MatMul"], per_channel=True,
         weight_type=QuantType.QInt8, nodes_to_exclude=nodes, use_external_data_format=True,

@@ -20,6 +20,7 @@ from typed_decisions_export.int8.external_data import scale_weight
 from typed_decisions_export.int8.integer import EXACT_EVERYWHERE_FORMAT
 from typed_decisions_export.int8.matmul_rewrite import quantize_matmuls
 from typed_decisions_export.int8.smoothquant import CALIBRATION, plan_smoothing, smoothing_pairs, smoothing_vector
+from td_studies import int8_variants
 
 HIDDEN, INTER = 8, 16
 
@@ -239,9 +240,9 @@ def test_blocked_quantize_linear_gives_the_four_op_integers_to_the_bit(tmp_path,
     kwargs = {"one_level": {}, "two_level": {"two_level": {"x"}},
               "float_channels": {"float_channels": {"x": np.array([3]), "h": np.array([0, 5])}}}[variant]
     fmt = IntegerFormat(127, 127)
-    for name, blocked in (("new", True), ("old", False)):
-        quantize_matmuls(tmp_path / "m.onnx", tmp_path / f"{name}.onnx", exclude=set(), fmt=fmt, blocked_quantize=blocked,
-                         log=lambda m: None, **kwargs)
+    for name, blocked in (("new", True), ("old", False)):  # export/studies: float32 channels, the four ops forced
+        int8_variants().quantize_matmuls_study(tmp_path / "m.onnx", tmp_path / f"{name}.onnx", exclude=set(), fmt=fmt,
+                                               blocked_quantize=blocked, log=lambda m: None, **kwargs)
         write_u8u8_graph(tmp_path / f"{name}.onnx", tmp_path / f"{name}.u8u8.onnx")
     new, old = (onnx.load(str(tmp_path / f"{n}.onnx"), load_external_data=False) for n in ("new", "old"))
     version = {n: next(o.version for o in m.opset_import if o.domain == "") for n, m in (("new", new), ("old", old))}
@@ -335,13 +336,14 @@ def test_down_levels_needs_a_quantized_down_proj():
 
 
 def test_float32_channels_are_taken_out_of_the_integers(tmp_path):
-    """float_channels: the listed channels of down_proj's input are multiplied in float32 by their
-    weight rows; the rest is quantized per token without them (their rows are zero in the integer
-    weight, so they set neither a token's scale nor a column's). Oracle: numpy, exact integers."""
+    """float_channels (a study, export/studies/int8_variants.py): the listed channels of down_proj's
+    input are multiplied in float32 by their weight rows; the rest is quantized per token without
+    them (their rows are zero in the integer weight, so they set neither a token's scale nor a
+    column's). Oracle: numpy, exact integers."""
     w = _mlp_graph(tmp_path / "m.onnx")
     channels = np.array([3, 7])  # 3 is the hand-made outlier channel
-    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "f.onnx", exclude={"node_gate", "node_up"},
-                     fmt=EXACT_EVERYWHERE_FORMAT, float_channels={"x": channels}, log=lambda m: None)
+    int8_variants().quantize_matmuls_study(tmp_path / "m.onnx", tmp_path / "f.onnx", exclude={"node_gate", "node_up"},
+                                           fmt=EXACT_EVERYWHERE_FORMAT, float_channels={"x": channels}, log=lambda m: None)
     h = np.random.default_rng(2).normal(size=(2, 5, HIDDEN)).astype(np.float32)
     g = h @ w["w_gate"]
     with np.errstate(over="ignore"):
@@ -365,7 +367,8 @@ def test_per_tensor_activations_depend_on_batch_mates(tmp_path):
     """The documented negative: quantize_dynamic's per-tensor pattern gives a row a different result
     next to a loud row than alone, which per_token (above) never does."""
     _mlp_graph(tmp_path / "m.onnx")
-    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "t.onnx", exclude=set(), activations="per_tensor", log=lambda m: None)
+    int8_variants().quantize_matmuls_study(tmp_path / "m.onnx", tmp_path / "t.onnx", exclude=set(), activations="per_tensor",
+                                           log=lambda m: None)
     h = np.random.default_rng(2).normal(size=(2, 5, HIDDEN)).astype(np.float32)
     h[1, 0] *= 50.0
     together = _run(tmp_path / "t.onnx", h)
@@ -596,8 +599,8 @@ def test_manifest_records_the_smoothing(tiny_exports, tmp_path):
 
     graph = onnx.load(str(tmp_path / "sq" / "model.int8.onnx"), load_external_data=False).graph
     assert sum(n.op_type == "ReduceMax" for n in graph.node) == 2 * 4 - 1
-    per_tensor = quantize_export(src, tmp_path / "sq-tensor", Int8Options(smooth=0.5, activations="per_tensor"), force=True,
-                                 progress=False)["quantization"]
+    per_tensor = int8_variants().quantize_export_per_tensor(src, tmp_path / "sq-tensor", Int8Options(smooth=0.5), force=True,
+                                                            progress=False)["quantization"]
     assert per_tensor["smoothing"]["activations"] == "per_tensor" and per_tensor["excluded"] == []
     assert per_tensor["row_independent"] is False and per_tensor["integer_format"]["exact_without_vnni"] is False
     graph = onnx.load(str(tmp_path / "sq-tensor" / "model.int8.onnx"), load_external_data=False).graph
@@ -613,8 +616,8 @@ def test_without_smoothing_the_manifest_says_so(tiny_exports, tmp_path):
         Int8Options(smooth=1.5)
     with pytest.raises(ExportError, match="only apply with smoothing"):
         Int8Options(smooth=None, keep_float=2)
-    with pytest.raises(ExportError, match="activations='per_row'"):
-        Int8Options(activations="per_row")
+    with pytest.raises(TypeError, match="activations"):  # per-tensor scales: export/studies only
+        Int8Options(activations="per_tensor")
 
 
 def test_fused_gate_up_keeps_down_proj_float32_and_says_why(tiny_exports, tmp_path):

@@ -7,8 +7,12 @@
 - external_data.py: weights one at a time: read, rescale, append page-aligned to a data file;
 - quantized_graph.py: the quantized nodes of one MatMul (per-token scales, blocked QuantizeLinear
   or its four-op form, two levels);
-- matmul_rewrite.py: quantize_matmuls, the streaming rewrite of a whole graph (opset, weights);
+- matmul_rewrite.py: quantize_matmuls, the streaming rewrite of a whole graph (opset, weights),
+  each MatMul as MatMulRewrite says;
 - u8u8.py: write_u8u8_graph, the same integers for CPUs whose u8·s8 kernel saturates;
 - drift.py: the drift probe, its comparison and the runtime's load check;
 - pipeline.py: quantize_export, from a float32 export to an installed (or refused) INT8 one.
+
+Variants it does not write (per-tensor activations, float32 channels, the four ops forced) are
+studies: export/studies/int8_variants.py.
 """

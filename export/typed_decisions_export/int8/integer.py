@@ -60,7 +60,6 @@ class IntegerFormat:
 INT16_MAX = 32767
 TOKEN_FORMAT = IntegerFormat(act_levels=127, weight_levels=127)  # 8-bit activations, 8-bit weights
 EXACT_EVERYWHERE_FORMAT = IntegerFormat(act_levels=127, weight_levels=63)  # 7-bit weights: one graph for every CPU
-ACTIVATIONS = ("per_token", "per_tensor")
 
 
 def default_opset(model: Any, missing: int) -> int:

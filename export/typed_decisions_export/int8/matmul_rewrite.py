@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .external_data import DataWriter, external_entry, read_weight, scale_weight
-from .integer import ACTIVATIONS, TOKEN_FORMAT, IntegerFormat, default_opset, quantize_weight_per_column
+from .integer import TOKEN_FORMAT, IntegerFormat, default_opset, quantize_weight_per_column
 from .quantized_graph import BLOCKED_QUANTIZE_OPSET, MS_DOMAIN, QuantizedGraph
 
 BLOCKED_QUANTIZE_IR_VERSION = 10  # the IR version of opset 21
@@ -52,6 +52,54 @@ def _can_raise_to_blocked_opset(model: Any, opset: int) -> bool:
     return not any(n.domain in ("", "ai.onnx") and n.op_type in _CHANGED_BY_OPSET_21 for n in nodes)
 
 
+class MatMulRewrite:
+    """How each quantized MatMul is written: per-token activations in `fmt` (IntegerFormat: exact on
+    every x86 CPU class), so a token's result depends on its own inputs only, never on the other
+    rows of the run or on how a prompt was split into cached steps; `two_level` inputs (activation
+    tensor names) as two per-token levels (`QuantizedGraph.two_levels`, ~15 bits), each MatMul
+    reading them running two integer GEMMs.
+
+    Per-token integers come from one blocked QuantizeLinear, the graph's opset raised to 21 when
+    that changes no node's meaning (from 18-20; `_can_raise_to_blocked_opset`); otherwise the
+    source opset is kept and Div, Round, Add, Cast are written (the same integers, four passes over
+    each activation). The methods are the steps rewrite_matmuls asks about; the study variants
+    (export/studies/int8_variants.py) override them."""
+
+    contrib_ops = True  # the graph gets ONNX Runtime's com.microsoft opset (MatMulIntegerToFloat)
+
+    def __init__(self, fmt: IntegerFormat = TOKEN_FORMAT, two_level: set[str] | frozenset[str] | None = None):
+        self.fmt, self.two_level = fmt, set(two_level or ())
+
+    @property
+    def weight_levels(self) -> int:
+        return self.fmt.weight_levels
+
+    def opset(self, model: Any) -> int:
+        """The default-domain opset of the rewritten graph, raised in `model` to 21 where it can be."""
+        opset = default_opset(model, 18)
+        if _can_raise_to_blocked_opset(model, opset):
+            opset = BLOCKED_QUANTIZE_OPSET
+            for o in model.opset_import:
+                if o.domain in ("", "ai.onnx"):
+                    o.version = opset
+            model.ir_version = max(model.ir_version, BLOCKED_QUANTIZE_IR_VERSION)
+        return opset
+
+    def graph(self, opset: int) -> QuantizedGraph:
+        out = QuantizedGraph(opset, self.fmt)
+        out.two_level = set(self.two_level)
+        return out
+
+    def weight(self, node: Any, w: np.ndarray, writer: DataWriter, out: QuantizedGraph) -> tuple[np.ndarray, str | None]:
+        """The (K, N) weight to quantize for `node`, and the name of a float32 part written beside it
+        (none here)."""
+        return w, None
+
+    def matmul(self, out: QuantizedGraph, node: Any, wq_name: str, sw_name: str, zw_name: str, width: int,
+               float_part: str | None) -> None:
+        out.matmul(node, wq_name, sw_name, zw_name, width)
+
+
 def quantize_matmuls(
     src: Path,
     dst: Path,
@@ -59,52 +107,41 @@ def quantize_matmuls(
     exclude: set[str],
     scale_rows: dict[str, np.ndarray] | None = None,
     scale_cols: dict[str, np.ndarray] | None = None,
-    activations: str = "per_token",
     fmt: IntegerFormat = TOKEN_FORMAT,
-    float_channels: dict[str, np.ndarray] | None = None,
-    two_level: set[str] | None = None,
-    blocked_quantize: bool = True,
+    two_level: set[str] | frozenset[str] | None = None,
     log=print,
 ) -> int:
     """Write `dst` (+ `dst.data`): `src` with every constant-weight 2-D MatMul not in `exclude`
-    (node names) turned into dynamic INT8. Returns the number of MatMuls quantized.
-
-    `activations="per_token"` (default): each activation row is quantized with its own scale in
-    `fmt` (IntegerFormat: exact on every x86 CPU class), so a token's result depends on its own
-    inputs only, never on the other rows of the run or on how a prompt was split into cached
-    steps. `"per_tensor"`: the pattern ONNX Runtime's quantize_dynamic emits (one uint8 scale per
-    tensor per run, int8 weights) — batch-dependent and, without VNNI, subject to int16
-    saturation; kept as the reference the tests show failing.
+    (node names) turned into dynamic INT8 with per-token activations in `fmt` (MatMulRewrite).
+    Returns the number of MatMuls quantized.
 
     `scale_rows` / `scale_cols` (initializer name -> vector) rescale 2-D float weights while they
     are streamed, `W[k, :] *= scale_rows[name][k]` and `W[:, n] *= scale_cols[name][n]` (ONNX
     MatMul weights are (K, N) = (in, out)), before quantizing them or, for a weight that stays
     float32 (`exclude`d, or not a MatMul weight), in its float32 copy.
 
-    `float_channels` (activation tensor name -> channel indices) keeps those channels of that
-    input out of the integers of every MatMul reading it: they are multiplied in float32 by their
-    weight rows and added (`QuantizedGraph.split_channels`), LLM.int8()'s decomposition with the
-    outlier channels fixed at calibration. Per token only.
-
     `two_level` (activation tensor names): those inputs are quantized as two per-token levels
-    (`QuantizedGraph.two_levels`, ~15 bits), each MatMul reading them running two integer GEMMs.
-    Per token only.
+    (`QuantizedGraph.two_levels`, ~15 bits), each MatMul reading them running two integer GEMMs."""
+    return rewrite_matmuls(src, dst, MatMulRewrite(fmt, two_level), exclude=exclude, scale_rows=scale_rows,
+                           scale_cols=scale_cols, log=log)
 
-    `blocked_quantize` (default): per-token integers from one blocked QuantizeLinear, the graph's
-    opset raised to 21 when that changes no node's meaning (from 18-20; `_can_raise_to_blocked_opset`);
-    otherwise, or with False, the source opset is kept and Div, Round, Add, Cast are written (the
-    same integers, four passes over each activation)."""
+
+def rewrite_matmuls(
+    src: Path,
+    dst: Path,
+    rewrite: MatMulRewrite,
+    *,
+    exclude: set[str],
+    scale_rows: dict[str, np.ndarray] | None = None,
+    scale_cols: dict[str, np.ndarray] | None = None,
+    log=print,
+) -> int:
+    """quantize_matmuls with the MatMuls written as `rewrite` says: the graph is loaded without its
+    weights, each quantizable MatMul's weight is read, quantized per column and appended to the new
+    data file, every other initializer copied (rescaled when asked), one weight in memory at a time."""
     import onnx
     from onnx import TensorProto, helper
 
-    if activations not in ACTIVATIONS:
-        raise ValueError(f"activations={activations!r}: expected one of {ACTIVATIONS}")
-    per_token = activations == "per_token"
-    float_channels = {x: np.unique(np.asarray(c, np.int64)) for x, c in (float_channels or {}).items() if len(c)}
-    if float_channels and not per_token:
-        raise ValueError("float32 channels are kept only with per-token activations")
-    if two_level and not per_token:
-        raise ValueError("two-level activations are per token only")
     model = onnx.load(str(src), load_external_data=False)
     graph, base = model.graph, src.parent
     inits = {t.name: t for t in graph.initializer}
@@ -129,16 +166,7 @@ def quantize_matmuls(
         w = inits.get(node.input[1]) if node.op_type == "MatMul" else None
         return w is not None and node.name not in exclude and w.data_type == TensorProto.FLOAT and len(w.dims) == 2
 
-    opset = default_opset(model, 18)
-    if per_token and blocked_quantize and _can_raise_to_blocked_opset(model, opset):
-        opset = BLOCKED_QUANTIZE_OPSET
-        for o in model.opset_import:
-            if o.domain in ("", "ai.onnx"):
-                o.version = opset
-        model.ir_version = max(model.ir_version, BLOCKED_QUANTIZE_IR_VERSION)
-    out = QuantizedGraph(opset, fmt)
-    out.two_level = set(two_level or ())
-    weight_levels = fmt.weight_levels if per_token else 127
+    out = rewrite.graph(rewrite.opset(model))
     data_name = dst.name + ".data"
     dropped, count = set(), 0
     with open(dst.parent / data_name, "wb") as f:
@@ -147,26 +175,16 @@ def quantize_matmuls(
             if not quantizable(node):
                 out.nodes.append(node)
                 continue
-            w_name, x = node.input[1], node.input[0]
-            w, rows_t = read(w_name), None  # (K, N)
-            if x in float_channels:
-                channels = float_channels[x]
-                if channels.max() >= w.shape[0]:
-                    raise ValueError(f"float32 channels of {x} go up to {channels.max()}, but {w_name} has {w.shape[0]} rows")
-                rows_t = TensorProto(name=f"{w_name}_float_rows", data_type=TensorProto.FLOAT, dims=[len(channels), w.shape[1]])
-                writer.add_array(rows_t, w[channels, :])  # (C, N) float32
-                w = w.copy()
-                w[channels, :] = 0.0  # their products are the float32 part's; not in the column scales
-                out.split_channels(x, channels, w.shape[0])
-                out.inits.append(rows_t)
-            wq, scale = quantize_weight_per_column(w, weight_levels)  # (K, N), (N,)
+            w_name = node.input[1]
+            w, float_part = rewrite.weight(node, read(w_name), writer, out)  # (K, N)
+            wq, scale = quantize_weight_per_column(w, rewrite.weight_levels)  # (K, N), (N,)
             del w
             wq_t = TensorProto(name=f"{w_name}_quantized", data_type=TensorProto.INT8, dims=wq.shape)
             writer.add_array(wq_t, wq)  # (K, N), straight to the data file
             zw_t = helper.make_tensor(f"{w_name}_zero_point", TensorProto.INT8, [wq.shape[1]], np.zeros(wq.shape[1], np.int8).tobytes(), raw=True)
             sw_t = helper.make_tensor(f"{w_name}_scale", TensorProto.FLOAT, [wq.shape[1]], scale.tobytes(), raw=True)
             out.inits += [wq_t, zw_t, sw_t]
-            out.matmul(node, wq_t.name, sw_t.name, zw_t.name, wq.shape[0], per_token, None if rows_t is None else rows_t.name)
+            rewrite.matmul(out, node, wq_t.name, sw_t.name, zw_t.name, wq.shape[0], float_part)
             uses[w_name] -= 1
             if uses[w_name] == 0:
                 dropped.add(w_name)
@@ -186,7 +204,7 @@ def quantize_matmuls(
     graph.node.extend(out.nodes)
     del graph.initializer[:]
     graph.initializer.extend(kept + out.inits)
-    if per_token and count and not any(o.domain == MS_DOMAIN for o in model.opset_import):
+    if rewrite.contrib_ops and count and not any(o.domain == MS_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     onnx.save(model, str(dst))
     return count

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ExportError
-from .integer import ACTIVATIONS, EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat
+from .integer import EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat
 
 SMOOTH_DEFAULT: float | None = None  # alpha used when quantize_export is not told (None: down_proj float32)
 SMOOTH_KEEP_FLOAT_DEFAULT = 0  # with smoothing: down_proj MatMuls left float32, largest inputs first
@@ -18,12 +18,12 @@ WEIGHT_BITS_DEFAULT = 8  # per-token weights: 127 levels (u8Â·u8 graph where u8Â
 
 @dataclass(frozen=True)
 class Int8Options:
-    """How quantize_export makes INT8 (the method: pipeline.py, smoothquant.py).
+    """How quantize_export makes INT8 (the method: pipeline.py, smoothquant.py). Activations are
+    always quantized per token (row-independent, exact on every x86 CPU); the per-tensor scheme is a
+    study (export/studies/int8_variants.py), not an option.
 
     smooth: SmoothQuant's alpha in [0, 1] for the MLP down_proj MatMuls, or None to keep them float32.
     keep_float: with smoothing, keep the k down_proj MatMuls with the largest calibration inputs float32.
-    activations: "per_token" (row-independent, exact on every x86 CPU; the default) or "per_tensor"
-        (quantize_dynamic's pattern: depends on batch-mates and cache splits; kept for comparison).
     smooth_norms: with smoothing, also smooth the q/k/v and gate/up inputs, folding 1/s into the
         RMSNorm weights before them (norm_sites).
     weight_bits: per-token INT8 weights with 8 bits (127 levels each side; CPUs without VNNI/AMX
@@ -36,7 +36,6 @@ class Int8Options:
 
     smooth: float | None = SMOOTH_DEFAULT
     keep_float: int = SMOOTH_KEEP_FLOAT_DEFAULT
-    activations: str = "per_token"
     smooth_norms: bool = SMOOTH_NORMS_DEFAULT
     weight_bits: int = WEIGHT_BITS_DEFAULT
     down_levels: int = DOWN_LEVELS_DEFAULT
@@ -52,11 +51,9 @@ class Int8Options:
             raise ExportError(f"keep_float={self.keep_float}: must be >= 0")
         if (self.keep_float or self.smooth_norms) and self.smooth is None:
             raise ExportError("keep_float / smooth_norms only apply with smoothing (without it every down_proj stays float32)")
-        if self.activations not in ACTIVATIONS:
-            raise ExportError(f"activations={self.activations!r}: expected one of {', '.join(ACTIVATIONS)}")
         if self.weight_bits not in (7, 8):
             raise ExportError(f"weight_bits={self.weight_bits}: expected 7 or 8")
         if self.down_levels not in (1, 2):
             raise ExportError(f"down_levels={self.down_levels}: expected 1 or 2")
-        if self.down_levels == 2 and (self.smooth is None or self.activations != "per_token"):
-            raise ExportError("down_levels=2 applies to quantized down_proj (smooth=ALPHA) with per-token activations")
+        if self.down_levels == 2 and self.smooth is None:
+            raise ExportError("down_levels=2 applies to quantized down_proj (smooth=ALPHA)")

@@ -22,7 +22,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -36,8 +36,8 @@ from ..softmax_guard import drop_softmax_nan_guards_in_file
 from ..tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE, candidate_ids, encode_prompt, render_chat
 from .drift import (CANDIDATE_TEXTS, DECISIVE_MARGIN, PROBE_SYSTEM, PROBES, THRESHOLD, Probe, load_check, measure,
                     probe_tokenizer)
-from .integer import IntegerFormat, default_opset
-from .matmul_rewrite import quantize_matmuls
+from .integer import default_opset
+from .matmul_rewrite import MatMulRewrite, rewrite_matmuls
 from .options import Int8Options
 from .smoothquant import CALIBRATION, CALIBRATION_SYSTEM, SMOOTH_TARGET, SmoothingPlan, excluded_nodes, plan_smoothing
 from .u8u8 import write_u8u8_graph
@@ -49,12 +49,13 @@ class Int8Plan:
 
     options: Int8Options
     smoothing: SmoothingPlan  # what is folded into the weights and which MatMuls stay float32
-    fmt: IntegerFormat  # the integers of per-token activations and per-column weights
-    two_level: frozenset[str]  # inputs quantized as two per-token levels (down_levels=2)
+    rewrite: MatMulRewrite  # how each MatMul is written: integer format, inputs quantized as two levels
     graphs: dict[str, str] | None  # CPU kernel path -> graph file (u8s8 and its u8u8 twin); None: one graph
+    activations: str  # the manifest's `activations` ("per_token"; the studies write "per_tensor")
+    integer_format: dict[str, Any]  # the manifest's `integer_format`
 
 
-def _smoothing(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any], log) -> SmoothingPlan:
+def plan_down_proj(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any], log) -> SmoothingPlan:
     """Without smoothing every down_proj stays float32; with it, calibrate and plan the folding."""
     if options.smooth is None:
         return SmoothingPlan(None, float_nodes=(ex := excluded_nodes(src_onnx))[0], float_modules=ex[1])
@@ -63,7 +64,6 @@ def _smoothing(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, 
     log(f"SmoothQuant (alpha {options.smooth}): {SMOOTH_TARGET} input maxima on {len(calib)} calibration prompts ...")
     plan = plan_smoothing(src_onnx, options.smooth, calib, options.keep_float, log=log, norms=options.smooth_norms)
     plan.record["seconds"] = round(time.perf_counter() - t0, 2)  # calibration included
-    plan.record["activations"] = options.activations
     log(f"smoothed {len(plan.record['smoothed'])} {SMOOTH_TARGET} inputs")
     return plan
 
@@ -71,33 +71,29 @@ def _smoothing(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, 
 def decide(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any], log) -> Int8Plan:
     """The plan: smoothing (or down_proj float32), the integer format, the inputs quantized as two
     levels, and whether the u8·u8 twin is written (8-bit weights: u8·s8 saturates without VNNI/AMX)."""
-    smoothing, fmt = _smoothing(src_onnx, options, tok, facts, log), options.integer_format
+    smoothing, fmt = plan_down_proj(src_onnx, options, tok, facts, log), options.integer_format
     two_level = frozenset(smoothing.smoothed_inputs) if options.down_levels == 2 else frozenset()
-    twin = options.activations == "per_token" and not fmt.exact_without_vnni
-    return Int8Plan(options, smoothing, fmt, two_level,
-                    {"u8s8": INT8_ONNX_FILE, "u8u8": INT8_U8U8_ONNX_FILE} if twin else None)
+    graphs = None if fmt.exact_without_vnni else {"u8s8": INT8_ONNX_FILE, "u8u8": INT8_U8U8_ONNX_FILE}
+    return Int8Plan(options, smoothing, MatMulRewrite(fmt, two_level), graphs, "per_token", fmt.describe())
 
 
 def _record(plan: Int8Plan, count: int, m: dict[str, Any], passed: bool, force: bool, seconds: float,
             source_sha256: str | None, check: dict[str, Any], guards: int = 0) -> dict[str, Any]:
     """The manifest's `quantization` (docs/FORMAT.md)."""
     options, smoothing = plan.options, plan.smoothing
-    per_token = options.activations == "per_token"
     return {
         "method": "dynamic-int8",
         "per_channel": True,
         "weight_type": "int8",
-        "activations": options.activations,
-        "row_independent": per_token,  # the runtime batches rows only when this is true
-        "integer_format": options.integer_format.describe() if per_token else {
-            "activations": "per tensor, asymmetric uint8 (DynamicQuantizeLinear)", "weights": "per output column, int8",
-            "pair_bound": 2 * 255 * 127, "exact_without_vnni": False},
+        "activations": plan.activations,
+        "row_independent": plan.activations == "per_token",  # the runtime batches rows only when this is true
+        "integer_format": plan.integer_format,
         "graphs": plan.graphs,  # CPU kernel path -> graph file (runtime quantized.graph_file); None: onnx_file everywhere
         "graphs_agree": m["graphs_agree"],  # the other path's graph run on this CPU (when exact here)
         "op_types": ["MatMul"],
         "quantized": count,
         "excluded": smoothing.float_modules,
-        "smoothing": smoothing.record,
+        "smoothing": None if smoothing.record is None else smoothing.record | {"activations": plan.activations},
         "down_levels": options.down_levels if smoothing.record is not None else None,  # per-token levels of down_proj's input
         "softmax_nan_guards_dropped": guards,  # those the float32 source still had (softmax_guard.py)
         "drift": m["drift"],
@@ -164,8 +160,22 @@ def quantize_export(
     `out_dir` defaults to `src_dir` (in place: the float32 model files are replaced). No torch is
     needed: this works on the exported files alone. Raises QuantizationError above THRESHOLD
     unless `force`, leaving the float32 export (src_dir) untouched and usable. `options`
-    (Int8Options) chooses smoothing and the activation scheme; the defaults are the measured best.
+    (Int8Options) chooses smoothing, weight bits and down_proj levels; the defaults are the measured best.
     """
+    return quantize_export_with(decide, src_dir, out_dir, options, force=force, progress=progress)
+
+
+def quantize_export_with(
+    decide_plan: Callable[..., Int8Plan],
+    src_dir: Path,
+    out_dir: Path | None = None,
+    options: Int8Options | None = None,
+    *,
+    force: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """quantize_export with the plan made by `decide_plan` (signature of `decide`): the studies
+    (export/studies/int8_variants.py) pass their own to export the schemes production does not write."""
     options = options or Int8Options()
     log = make_logger(progress)
     src_dir = Path(src_dir)
@@ -189,13 +199,12 @@ def quantize_export(
     prompts = [encode_prompt(tok, render_chat(tok, q, PROBE_SYSTEM), facts["add_bos_token"]) for q in PROBES]
 
     t0 = time.perf_counter()
-    plan = decide(src_onnx, options, tok, facts, log)
+    plan = decide_plan(src_onnx, options, tok, facts, log)
     smoothing = plan.smoothing
-    log(f"quantizing MatMul weights to int8 per channel ({options.activations} activations), keeping "
+    log(f"quantizing MatMul weights to int8 per channel ({plan.activations} activations), keeping "
         f"{len(smoothing.float_nodes)} {SMOOTH_TARGET} MatMuls float32 ...")
-    count = quantize_matmuls(src_onnx, out_onnx, exclude=set(smoothing.float_nodes), scale_rows=smoothing.scale_rows,
-                             scale_cols=smoothing.scale_cols, activations=options.activations, fmt=plan.fmt,
-                             two_level=plan.two_level, log=log)
+    count = rewrite_matmuls(src_onnx, out_onnx, plan.rewrite, exclude=set(smoothing.float_nodes),
+                            scale_rows=smoothing.scale_rows, scale_cols=smoothing.scale_cols, log=log)
     # An export made before softmax_guard.py still guards its softmaxes; its INT8 graph does not.
     guards = drop_softmax_nan_guards_in_file(out_onnx)
     if guards:

@@ -14,7 +14,8 @@ sums by sw in its GEMM's output stage and then by sx: the numbers of MatMulInteg
 Mul(sx) to the bit, without writing and re-reading three (tokens x N) tensors in between. Likewise
 one blocked QuantizeLinear (opset 21; a block is a whole row, so its scale is the row's) makes the
 integers that Div, Round, Add, Cast made, to the bit, in one pass over X instead of four; the
-writer raises the graph's opset to 21 for it (ONNX Runtime >= 1.18) unless told not to.
+writer raises the graph's opset to 21 for it (ONNX Runtime >= 1.18) where that changes no node's
+meaning, and writes the four ops otherwise.
 Two properties follow, and the tests hold the graph to both:
 
 - *row independence*: a token's output depends on its own activations only, so a prompt's answer
@@ -27,9 +28,9 @@ Two properties follow, and the tests hold the graph to both:
   one u8·s8 graph is exact everywhere, at more drift: max |dp| 0.086 vs 0.057 on the 8 drift
   probes of the 1.5B default model, docs/export.md.)
 
-`activations="per_tensor"` writes instead the pattern ONNX Runtime's `quantize_dynamic` emits
-(DynamicQuantizeLinear: one asymmetric uint8 scale per tensor per run, 8-bit weights), which has
-neither property; it is kept as the reference the batch-independence tests show failing.
+The pattern ONNX Runtime's `quantize_dynamic` emits (DynamicQuantizeLinear: one asymmetric uint8
+scale per tensor per run, 8-bit weights) has neither property; it is written only by the studies
+(export/studies/int8_variants.py), as the reference the batch-independence tests show failing.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ class QuantizedGraph:
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
         self._inputs: dict[str, tuple[str, str, str]] = {}
-        self._float_parts: dict[str, str] = {}  # x -> x[..., channels] for inputs with float32 channels
         self.two_level: set[str] = set()  # inputs quantized as two per-token levels (two_levels)
         self._constants_added = False
         self._constant_names: set[str] = set()  # shape constants added by _constant
@@ -85,30 +85,6 @@ class QuantizedGraph:
         if not self.blocked:
             self.inits.append(h.make_tensor("per_token_zero_point_f", T.FLOAT, [], [float(f.act_zero_point)]))
         self._constants_added = True
-
-    def split_channels(self, x: str, channels: np.ndarray, width: int) -> None:
-        """Keep `channels` of `x` out of the integers: returns the name of the tensor whose
-        integers are made (x with those channels zeroed) and records x[..., channels] (float32)
-        for `matmul` to multiply by the matching weight rows (every MatMul reading x).
-
-            x W = x_int W_int + x[..., C] W[C, :]        x_int = x * mask, mask[C] = 0
-
-        The few channels with the largest activations (C) set each token's scale when they are
-        in it; without them the other channels get their levels back."""
-        if x in self._float_parts:
-            return
-        h, T = self._helper, self._T
-        mask = np.ones(width, np.float32)
-        mask[channels] = 0.0
-        self.inits += [
-            h.make_tensor(f"{x}_float_channels", T.INT64, [len(channels)], np.asarray(channels, np.int64).tolist()),
-            h.make_tensor(f"{x}_int_mask", T.FLOAT, [width], mask.tobytes(), raw=True),
-        ]
-        self.nodes += [
-            h.make_node("Gather", [x, f"{x}_float_channels"], [f"{x}_float_part"], f"{x}_float_gather", axis=-1),
-            h.make_node("Mul", [x, f"{x}_int_mask"], [f"{x}_int_part"], f"{x}_int_mask_mul"),
-        ]
-        self._float_parts[x] = f"{x}_float_part"
 
     def per_token(self, x: str, width: int) -> tuple[str, str, str]:
         """(xq uint8, sx (..., 1), zero point) for `x` (last axis `width`): one symmetric scale per
@@ -185,46 +161,24 @@ class QuantizedGraph:
             self.nodes.append(h.make_node("Sub", [x, f"{t}_level1"], [r], f"{t}_remainder"))
         return [first, self.per_token(r, width)]
 
-    def per_tensor(self, x: str) -> tuple[str, str, str]:
-        """(xq uint8, sx scalar, zx scalar): ONNX's DynamicQuantizeLinear, one asymmetric scale for
-        the whole tensor of one run (what quantize_dynamic emits; depends on batch-mates)."""
-        if x not in self._inputs:
-            self._inputs[x] = (f"{x}_quantized", f"{x}_scale", f"{x}_zero_point")
-            self.nodes.append(self._helper.make_node("DynamicQuantizeLinear", [x], list(self._inputs[x]), f"{x}_QuantizeLinear"))
-        return self._inputs[x]
+    def matmul(self, node: Any, wq_name: str, sw_name: str, zw_name: str, width: int) -> None:
+        """Y = (Xq - zx) (Wq - 0) · sw · sx in place of the float MatMul `node`."""
+        x = node.input[0]
+        self.integer_matmul(x, node.output[0], node.name or node.output[0], wq_name, sw_name, zw_name, width,
+                            two_level=x in self.two_level)
 
-    def matmul(self, node: Any, wq_name: str, sw_name: str, zw_name: str, width: int, per_token: bool,
-               float_rows: str | None = None) -> None:
-        """Y = (Xq - zx) (Wq - 0) · sw · sx in place of the float MatMul `node`; when x has float32
-        channels (split_channels), Xq is made from x without them and Y gains x[..., C] · float_rows
-        (the weight rows W[C, :], float32)."""
-        h, T = self._helper, self._T
-        x, y, tag = node.input[0], node.output[0], node.name or node.output[0]
-        split = x in self._float_parts
-        if split != (float_rows is not None):
-            raise ValueError(f"{tag}: float32 channels of {x} and float32 weight rows go together")
-        if split:
-            x, y = f"{x}_int_part", f"{tag}_int_part"
-        if per_token and node.input[0] in self.two_level:  # two GEMMs, one per level, added
+    def integer_matmul(self, x: str, y: str, tag: str, wq_name: str, sw_name: str, zw_name: str, width: int,
+                       two_level: bool) -> None:
+        """y = (Xq - zx) (Wq - 0) · sw · sx from the per-token integers of `x` (one level, or two when
+        `two_level`), its nodes named after `tag`."""
+        h = self._helper
+        if two_level:  # two GEMMs, one per level, added
             levels = self.two_levels(x, width)
             for i, (xq, sx, zx) in enumerate(levels):
                 self.nodes.append(h.make_node("MatMulIntegerToFloat", [xq, wq_name, sx, sw_name, zx, zw_name],
                                               [f"{tag}_level{i + 1}"], f"{tag}_quant{i + 1}", domain=MS_DOMAIN))
             self.nodes.append(h.make_node("Add", [f"{tag}_level1", f"{tag}_level2"], [y], f"{tag}_levels_add"))
-        elif per_token:  # one kernel: int32 products * sw (N,) in the GEMM's epilogue, then * sx (..., 1)
+        else:  # one kernel: int32 products * sw (N,) in the GEMM's epilogue, then * sx (..., 1)
             xq, sx, zx = self.per_token(x, width)
             self.nodes.append(h.make_node("MatMulIntegerToFloat", [xq, wq_name, sx, sw_name, zx, zw_name], [y],
                                           f"{tag}_quant", domain=MS_DOMAIN))
-        else:  # the pattern ONNX Runtime fuses into MatMulIntegerToFloat
-            xq, sx, zx = self.per_tensor(x)
-            self.nodes += [
-                h.make_node("MatMulInteger", [xq, wq_name, zx, zw_name], [f"{tag}_int32"], f"{tag}_quant"),
-                h.make_node("Cast", [f"{tag}_int32"], [f"{tag}_float"], f"{tag}_cast", to=T.FLOAT),
-                h.make_node("Mul", [sx, sw_name], [f"{tag}_scales"], f"{tag}_scales_mul"),
-                h.make_node("Mul", [f"{tag}_float", f"{tag}_scales"], [y], f"{tag}_rescale"),
-            ]
-        if split:
-            self.nodes += [
-                h.make_node("MatMul", [self._float_parts[node.input[0]], float_rows], [f"{tag}_float_part"], f"{tag}_float_matmul"),
-                h.make_node("Add", [y, f"{tag}_float_part"], [node.output[0]], f"{tag}_parts_add"),
-            ]

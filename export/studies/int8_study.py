@@ -1,21 +1,24 @@
 """INT8 variants of a float32 export: drift (three ways of running a prompt) and prefill time.
 
-Not part of the package: the measurements behind docs/export.md (INT8, SmoothQuant). One model
+Not part of the package: the measurements behind docs/export.md (INT8, SmoothQuant); the variants
+the exporter does not write come from int8_variants.py beside it. One model
 session at a time (the float32 1.5B session holds ~6 GB); run it niced on a shared machine.
 
     # drift of variants ALPHA:KEEP[:token|tensor[:a7w8|a8w7]] ('none' = down_proj float32,
     # 'ones' = s = 1; activations per token (default) or per tensor; integer format), each vs float32
-    python export/scripts/int8_study.py drift FP32_DIR WORK none:0 0.5:0:token 0.5:0:token:a8w7 0.5:0:token:a7w8:norms 0.5:0:tensor ...
+    python export/studies/int8_study.py drift FP32_DIR WORK none:0 0.5:0:token 0.5:0:token:a8w7 0.5:0:token:a7w8:norms 0.5:0:tensor ...
     # prefill of one ~370-token prompt, 2 threads, 1 warm-up then median of 3, graphs in this order
-    python export/scripts/int8_study.py prefill FP32_DIR GRAPH.onnx [GRAPH.onnx ...]
+    python export/studies/int8_study.py prefill FP32_DIR GRAPH.onnx [GRAPH.onnx ...]
 
 `drift` measures each variant on the 8 drift PROBES plus 12 held-out questions (HELD, never used
-for choosing anything in typed_decisions_export.int8), each run alone, in one right-padded batch per set, and as
+for choosing anything in typed_decisions_export.int8), each run alone, in one right-padded batch
+per set, and as
 prefix + 3-token cached step; float32 is run once (alone: it depends on neither batching nor
 caching, <= 2e-6) and cached with the calibration maxima in WORK/cache.npz. It prints, per variant,
 the mean and max over prompts of max |dp| for each mode and over all 60 measurements, plus the
 official gate (8 probes, alone). Variants are built with the package's own functions
-(smoothquant.plan_smoothing, matmul_rewrite.quantize_matmuls) into WORK/m.onnx and removed afterwards.
+(smoothquant.plan_smoothing, int8_variants.quantize_matmuls_study) into WORK/m.onnx and removed
+afterwards.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from typed_decisions.cpu import cpu_class
 from typed_decisions.quantized import EXACT_CLASSES
 from typed_decisions_export.int8 import drift as dr
 from typed_decisions_export.int8.integer import EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat
-from typed_decisions_export.int8.matmul_rewrite import quantize_matmuls
 from typed_decisions_export.int8.u8u8 import write_u8u8_graph
+
+from int8_variants import float_channels, quantize_matmuls_study  # beside this script
 
 FORMATS = {"a7w8": IntegerFormat(63, 127), "a8w7": EXACT_EVERYWHERE_FORMAT,
            "a8w8": TOKEN_FORMAT}  # a8w8's u8·s8 graph is exact only on VNNI/AMX: elsewhere its u8·u8 twin runs
@@ -56,18 +60,6 @@ HELD = [
     "What is the binary representation of 5? A) 100 B) 110 C) 111 D) 101 E) 011",
     "Which planet is known as the Red Planet? A) Jupiter B) Venus C) Saturn D) Mars E) Neptune",
 ]
-
-
-def float_channels(act_absmax: np.ndarray, count: int) -> np.ndarray:
-    """The `count` channels of an activation with the largest calibration maxima (ascending
-    indices): those kept float32 in every MatMul that reads it (quantize_matmuls(float_channels=...)).
-
-    >>> float_channels(np.array([1.0, 9.0, 2.0, 30.0, 0.5]), 2).tolist()
-    [1, 3]
-    """
-    act = np.asarray(act_absmax, np.float64)
-    count = min(max(int(count), 0), act.size)
-    return np.sort(np.argsort(-act, kind="stable")[:count]).astype(np.int64)
 
 
 def _setup(fp32_dir: Path):
@@ -133,9 +125,9 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
             for t in sq.norm_sites(src):
                 channels[t["x"]] = float_channels(absmax[t["x"]] * rows.get(t["gamma"], 1.0), fcn)
         two_level = set(smoothed_inputs) if lvl2 else set()  # the quantized down_proj inputs
-        quantize_matmuls(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols,
-                         activations=activations, fmt=fmt, float_channels=channels, two_level=two_level,
-                         log=lambda m: None)
+        quantize_matmuls_study(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols,
+                               activations=activations, fmt=fmt, float_channels=channels, two_level=two_level,
+                               log=lambda m: None)
         graph = work / "m.onnx"
         if fmt is TOKEN_FORMAT and cpu_class() not in EXACT_CLASSES:
             # 8-bit weights saturate the u8·s8 kernel here: run the u8·u8 twin the runtime would load
