@@ -40,7 +40,7 @@ PER_TENSOR_FORMAT = {"activations": "per tensor, asymmetric uint8 (DynamicQuanti
 
 def float_channels(act_absmax: np.ndarray, count: int) -> np.ndarray:
     """The `count` channels of an activation with the largest calibration maxima (ascending
-    indices): those kept float32 in every MatMul that reads it (quantize_matmuls(float_channels=...)).
+    indices): those kept float32 in every MatMul that reads it (quantize_matmuls_study(float_channels=...)).
 
     >>> float_channels(np.array([1.0, 9.0, 2.0, 30.0, 0.5]), 2).tolist()
     [1, 3]

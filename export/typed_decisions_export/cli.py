@@ -1,9 +1,8 @@
 """Command line: `typed-decisions-export SOURCE --out DIR [--quantize int8 [--smooth ALPHA|off]
 [--keep-float N] [--weight-bits 7|8] [--down-levels 1|2]] [--name NAME] [--force]`.
 
-INT8 activations are always quantized per token here: the per-tensor scheme
-(`Int8Options(activations="per_tensor")`) is a documented negative control for the tests and
-studies, not a user choice.
+INT8 activations are always quantized per token: the per-tensor scheme is a documented negative
+control for the tests and studies (export/studies/int8_variants.py), not a user choice.
 
 The runtime's `typed-decisions export ...` forwards its arguments here (`main(argv_after_export)`).
 """

@@ -10,8 +10,8 @@ near-ties may flip within the 0.10 tolerance), unless `force`.
 
 With per-token scales the INT8 graph depends on neither batching nor cache splits; both are
 measured and recorded (`batch_dependence`, `cache_dependence`) next to the same numbers for
-float32, and for the per-tensor scheme (`activations="per_tensor"`, quantize_dynamic's pattern,
-kept as the documented negative) they are not zero.
+float32, and for the per-tensor scheme (quantize_dynamic's pattern, kept as the documented
+negative in export/studies/int8_variants.py) they are not zero.
 """
 
 from __future__ import annotations

@@ -37,8 +37,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .integer import IntegerFormat
 
 MS_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib ops (MatMulIntegerToFloat)

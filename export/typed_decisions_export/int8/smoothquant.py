@@ -3,7 +3,7 @@ exactly into the graph (smoothing_pairs, norm_sites), the smoothing vectors (smo
 calibration maxima (activation_absmax) and the plan handed to the writer (plan_smoothing,
 SmoothingPlan). Without smoothing, excluded_nodes names the down_proj MatMuls kept float32.
 
-The MLP `down_proj` MatMuls stay float32 by default (`smooth=SMOOTH_DEFAULT`, None). Their
+The MLP `down_proj` MatMuls stay float32 by default (`smooth=options.SMOOTH_DEFAULT`, None). Their
 inputs x = act(gate(h)) * up(h) have outlier channels and tokens (on Qwen2.5-Coder-1.5B up to
 ~1400 at one channel against a median channel maximum of ~1-8) and are the largest source of
 drift: on the default model, 8 probes + 12 held-out prompts, max |dp| 0.031 with down_proj float32
@@ -14,7 +14,7 @@ against 0.057-0.104 with it quantized (docs/export.md). `smooth=ALPHA` quantizes
   division is folded into the up_proj weight (its column j divided by s_j: up's output enters the
   product linearly), so the graph gets no new node and the float32 result is unchanged.
   s_j = max|x_j|^alpha / max_n |W[j, n]|^(1 - alpha), clipped to SMOOTH_CLIP, with max|x_j| measured
-  by running the float32 graph on CALIBRATION (prompts distinct from PROBES, so the drift probe
+  by running the float32 graph on CALIBRATION (prompts distinct from drift.PROBES, so the drift probe
   stays held out). Scaling up_proj's columns leaves its per-column int8 error unchanged.
 - x' is quantized per token like every other input: smoothing tames the outlier channels,
   per-token scales the outlier tokens.
@@ -268,7 +268,7 @@ def activation_absmax(onnx_path: Path, tensors: list[str], prompts: list[list[in
 
 @dataclass
 class SmoothingPlan:
-    """What is folded into the weights and what stays float32 (`plan_smoothing`, `_plan`)."""
+    """What is folded into the weights and what stays float32 (`plan_smoothing`, pipeline.plan_down_proj)."""
 
     record: dict[str, Any] | None  # the manifest's `quantization.smoothing` (None without smoothing)
     scale_rows: dict[str, np.ndarray] = field(default_factory=dict)  # initializer -> per-row factor
