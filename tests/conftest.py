@@ -133,9 +133,14 @@ def _int8_export(tiny_model_dir, key: str, activations: str):
     from export_cache import cached_export
 
     def build(work):
-        from typed_decisions_export import Int8Options, quantize_export
+        from typed_decisions_export import quantize_export
 
-        quantize_export(tiny_model_dir, work, Int8Options(activations=activations), force=True, progress=False)
+        if activations == "per_tensor":  # a study, not an exporter option (export/studies/int8_variants.py)
+            from td_studies import int8_variants
+
+            int8_variants().quantize_export_per_tensor(tiny_model_dir, work, force=True, progress=False)
+        else:
+            quantize_export(tiny_model_dir, work, force=True, progress=False)
 
     from typed_decisions.cpu import cpu_class
 

@@ -22,7 +22,8 @@ STALE_AFTER_S = 6 * 3600  # a copy for another exporter version is deleted after
 
 
 def export_code_hash() -> str:
-    """Hash of the exporter's sources: a cached export is rebuilt when the exporter changes."""
+    """Hash of the exporter's sources: a cached export is rebuilt when the exporter changes (or the
+    studies beside it, export/studies/, which make the per-tensor fixture)."""
     import typed_decisions_export
 
     root = Path(typed_decisions_export.__file__).parent
@@ -30,6 +31,8 @@ def export_code_hash() -> str:
     for p in sorted(root.rglob("*.py")):
         if p.relative_to(root).parts[0] in NOT_EXPORTER:
             continue
+        h.update(p.name.encode() + p.read_bytes())
+    for p in sorted((root.parent / "studies").glob("*.py")):
         h.update(p.name.encode() + p.read_bytes())
     return h.hexdigest()[:12]
 

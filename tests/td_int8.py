@@ -79,7 +79,7 @@ def graph_this_cpu_runs(path: Path) -> Path:
     path = Path(path)
     if exact_here() or not saturating_weights(onnx.load(str(path), load_external_data=False), path.parent):
         return path
-    from typed_decisions_export.int8_matmul import write_u8u8_graph
+    from typed_decisions_export.int8.u8u8 import write_u8u8_graph
 
     twin = path.with_name(path.name.removesuffix(".onnx") + ".u8u8.onnx")
     if not twin.is_file():

@@ -28,7 +28,7 @@ PACKAGES = {  # import name → folder holding it
     "dspy_typed_decisions": ROOT / "integrations" / "dspy",
     "ray_typed_decisions": ROOT / "integrations" / "ray",
 }
-# Import edges allowed to close a cycle: none (export.py and quantize.py share layout.py instead).
+# Import edges allowed to close a cycle: none (export.py and int8/pipeline.py share layout.py instead).
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 
@@ -239,3 +239,35 @@ def test_every_module_imports_alone_in_a_fresh_interpreter(packages: list[str]):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == ""
+
+
+INT8_ROOMS = ROOT / "export" / "typed_decisions_export" / "int8"
+STUDIES = ROOT / "export" / "studies"
+
+
+def test_int8_rooms_are_small_and_say_what_they_own():
+    """Issue #30: each module of the exporter's int8/ package is one idea, read top to bottom, its
+    docstring saying what it owns; none grows past ~400 lines."""
+    rooms = sorted(INT8_ROOMS.glob("*.py"))
+    assert {p.stem for p in rooms} >= {"options", "smoothquant", "integer", "external_data", "quantized_graph",
+                                       "matmul_rewrite", "u8u8", "drift", "pipeline"}
+    for path in rooms:
+        assert ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))), path.name
+        assert len(path.read_text(encoding="utf-8").splitlines()) <= 400, path.name
+
+
+def test_the_exporter_never_imports_the_studies():
+    """export/studies/ (INT8 variants the exporter does not write) builds on the exporter, never the
+    other way round: no exporter module imports a study module, nor the words of its options."""
+    studies = {p.stem for p in STUDIES.glob("*.py")}
+    assert "int8_variants" in studies
+    for module, path in _modules().items():
+        if not module.startswith("typed_decisions_export"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not [n for n in names if n.split(".")[0] in studies | {"studies", "td_studies"}], module
+            if isinstance(node, ast.arg):  # a study option threaded through an exporter function
+                assert node.arg not in ("float_channels", "blocked_quantize", "activations"), (module, node.arg)

@@ -9,7 +9,7 @@ ONNX Runtime's integer kernels (MLAS) pick their instructions from the CPU at ru
 
 The INT8 exports of this project store 8-bit activations and 8-bit weights: VNNI/AMX run them
 through the u8·s8 kernel, every other class through a u8·u8 graph of the same weights, which
-cannot saturate (export/…/int8_matmul.py, write_u8u8_graph; quantized.graph_file), so every
+cannot saturate (export/…/int8/u8u8.py, write_u8u8_graph; quantized.graph_file), so every
 class computes the same integers. The class is still recorded in the manifest and checked at load
 (quantized.py), because speed differs and the float32 parts of the graph may round differently.
 

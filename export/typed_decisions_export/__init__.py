@@ -10,7 +10,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .errors import ExportError, QuantizationError, SelfCheckError
 from .export import export_model
-from .quantize import Int8Options, quantize_export
+from .int8.options import Int8Options
+from .int8.pipeline import quantize_export
 
 try:
     __version__ = version("typed-decisions-export")

@@ -1,5 +1,8 @@
 """Command line: `typed-decisions-export SOURCE --out DIR [--quantize int8 [--smooth ALPHA|off]
-[--keep-float N] [--activations token|tensor] [--weight-bits 7|8] [--down-levels 1|2]] [--name NAME] [--force]`.
+[--keep-float N] [--weight-bits 7|8] [--down-levels 1|2]] [--name NAME] [--force]`.
+
+INT8 activations are always quantized per token: the per-tensor scheme is a documented negative
+control for the tests and studies (export/studies/int8_variants.py), not a user choice.
 
 The runtime's `typed-decisions export ...` forwards its arguments here (`main(argv_after_export)`).
 """
@@ -12,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .errors import ExportError
-from .quantize import Int8Options
+from .int8.options import Int8Options
 
 
 def _alpha(text: str) -> float | str:
@@ -47,12 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
              "(default: %d)" % Int8Options.keep_float,
     )
     parser.add_argument(
-        "--activations", choices=["token", "tensor"], default=None,
-        help="INT8: quantize MatMul inputs with one scale per token (row-independent, exact on every x86 CPU) "
-             "or, for comparison only, one per tensor per run (batch-dependent; saturates without VNNI) "
-             "(default: %s)" % Int8Options.activations.removeprefix("per_"),
-    )
-    parser.add_argument(
         "--weight-bits", type=int, choices=[7, 8], default=None,
         help="INT8: weight levels per column, 8 (127 each side; CPUs without VNNI/AMX run a u8*u8 graph of the "
              "same weights) or 7 (63: one graph, more drift) (default: %d)" % Int8Options.weight_bits,
@@ -77,8 +74,6 @@ def int8_options(args: argparse.Namespace) -> Int8Options | None:
         given["smooth"] = None if args.smooth == "off" else args.smooth
     if args.keep_float is not None:
         given["keep_float"] = args.keep_float
-    if args.activations is not None:
-        given["activations"] = f"per_{args.activations}"
     if args.weight_bits is not None:
         given["weight_bits"] = args.weight_bits
     if args.down_levels is not None:

@@ -1,7 +1,7 @@
 """`export_model`: source -> checked export directory, in the order that keeps failures harmless.
 
 load (transformers, float32) -> tokenizer files -> lm_head.npy -> model.onnx (+ .data) ->
-self-check against PyTorch -> manifest.json last -> optionally INT8 (quantize.py), which re-checks
+self-check against PyTorch -> manifest.json last -> optionally INT8 (int8/pipeline.py), which re-checks
 drift and rewrites the manifest. A directory without manifest.json is unfinished and unusable.
 """
 
@@ -28,7 +28,7 @@ from .manifest import (
     write_manifest,
 )
 from .onnx_export import export_backbone
-from .quantize import Int8Options
+from .int8.options import Int8Options
 from .selfcheck import plan_self_check, run_self_check, torch_references
 from .tokenizer_files import write_tokenizer_files
 
@@ -56,7 +56,7 @@ def export_model(
     if quantize not in (None, "int8"):
         raise ExportError(f"quantize={quantize!r}: the only supported value is 'int8'")
     if quantize is None and int8 is not None:  # refused before the (long) export, not after
-        raise ExportError("INT8 options (smooth / keep_float / activations) apply to INT8 only (quantize='int8')")
+        raise ExportError("INT8 options (smooth / keep_float / weight_bits / down_levels) apply to INT8 only (quantize='int8')")
     if opset < 18:
         raise ExportError(f"opset={opset}: the format needs opset >= 18")
     out_dir = Path(out_dir)
@@ -114,7 +114,7 @@ def export_model(
     write_manifest(out_dir, manifest)
     log(f"wrote {MANIFEST_FILE}: {out_dir} is a usable float32 export")
     if quantize == "int8":
-        from .quantize import quantize_export
+        from .int8.pipeline import quantize_export
 
         manifest = quantize_export(out_dir, out_dir, int8, force=force, progress=progress)
         manifest["export"] = {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes()}

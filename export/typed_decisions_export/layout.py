@@ -1,6 +1,6 @@
 """The files of an export directory, and how a directory is (re)made to hold one.
 
-Shared by export.py (float32) and quantize.py (INT8), so neither imports the other.
+Shared by export.py (float32) and int8/pipeline.py (INT8), so neither imports the other.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .tokenizer_files import CHAT_TEMPLATE_FILE, TOKENIZER_FILE
 
 ONNX_FILE = "model.onnx"
 INT8_ONNX_FILE = "model.int8.onnx"
-INT8_U8U8_ONNX_FILE = "model.int8.u8u8.onnx"  # the same INT8 model for CPUs without VNNI/AMX (int8_matmul.write_u8u8_graph)
+INT8_U8U8_ONNX_FILE = "model.int8.u8u8.onnx"  # the same INT8 model for CPUs without VNNI/AMX (int8/u8u8.py, write_u8u8_graph)
 SELF_CHECK_FAILURE_FILE = "self_check.failed.json"
 # Everything an export may write: an existing directory holding only these can be re-exported into.
 KNOWN_FILES = {

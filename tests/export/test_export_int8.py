@@ -12,7 +12,9 @@ import json
 import numpy as np
 import pytest
 
-import typed_decisions_export.quantize as quantize_mod
+import typed_decisions_export.int8.pipeline as pipeline_mod
+from typed_decisions_export.int8.options import SMOOTH_DEFAULT
+from typed_decisions_export.int8.smoothquant import excluded_nodes
 from typed_decisions_export import QuantizationError, quantize_export
 from typed_decisions_export.cli import main
 
@@ -30,7 +32,7 @@ def test_smollm2_int8_drift_is_measured_and_judged(smollm2_int8):
     assert q["method"] == "dynamic-int8" and q["per_channel"] is True
     # The default: every MatMul but down_proj quantized per token with 8-bit weights; down_proj
     # float32 (its outlier inputs are the largest source of drift, docs/export.md).
-    assert quantize_mod.SMOOTH_DEFAULT is None and q["smoothing"] is None and q["activations"] == "per_token"
+    assert SMOOTH_DEFAULT is None and q["smoothing"] is None and q["activations"] == "per_token"
     assert q["excluded"] == [f"layers.{i}.mlp.down_proj" for i in range(30)] and q["quantized"] == 30 * 6
     assert q["integer_format"]["pair_bound"] == 2 * 255 * 127 and q["integer_format"]["exact_without_vnni"] is False
     assert q["graphs"] == {"u8s8": "model.int8.onnx", "u8u8": "model.int8.u8u8.onnx"}
@@ -135,7 +137,7 @@ def test_drift_above_threshold_is_refused(tiny_exports, tmp_path, monkeypatch):
     float32 source untouched."""
     src, manifest = tiny_exports["qwen2"]
     before = (src / "manifest.json").read_text()
-    monkeypatch.setattr(quantize_mod, "THRESHOLD", {"max_abs_prob": -1.0, "decisive_flips": 0})
+    monkeypatch.setattr(pipeline_mod, "THRESHOLD", {"max_abs_prob": -1.0, "decisive_flips": 0})
     out = tmp_path / "int8"
     with pytest.raises(QuantizationError, match="drift above threshold"):
         quantize_export(src, out, progress=False)
@@ -162,18 +164,18 @@ def test_cli_int8_in_place_with_force(tiny_folders, tmp_path, capsys):
 
 @pytest.mark.int8_u8s8("two per-tensor u8*s8 graphs compared on the same kernel")
 def test_streaming_quantizer_equals_onnxruntime_quantize_dynamic(smollm2_export, tmp_path):
-    """Oracle: with per-tensor activations, int8_matmul writes the graph quantize_dynamic writes
+    """Oracle: with per-tensor activations, the study writer (export/studies) writes the graph quantize_dynamic writes
     (per-channel, MatMul weights, down_proj excluded), so ONNX Runtime computes identical hidden
     states from both."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from typed_decisions_export.int8_matmul import quantize_matmuls
+    from td_studies import int8_variants
     from typed_decisions_export.ort_backbone import OrtBackbone
 
     src, manifest = smollm2_export
-    nodes, _ = quantize_mod._excluded_nodes(src / "model.onnx")
-    assert quantize_matmuls(src / "model.onnx", tmp_path / "mine.onnx", exclude=set(nodes), activations="per_tensor",
-                            log=lambda m: None) == 180  # 30 layers x 6
+    nodes, _ = excluded_nodes(src / "model.onnx")
+    assert int8_variants().quantize_matmuls_study(src / "model.onnx", tmp_path / "mine.onnx", exclude=set(nodes),
+                                                  activations="per_tensor", log=lambda m: None) == 180  # 30 layers x 6
     quantize_dynamic(
         src / "model.onnx", tmp_path / "ort.onnx", op_types_to_quantize=["MatMul"], per_channel=True,
         weight_type=QuantType.QInt8, nodes_to_exclude=nodes, use_external_data_format=True,
@@ -189,7 +191,7 @@ def test_weight_quantization_matches_onnxruntime_per_channel():
     from onnx import TensorProto
     from onnxruntime.quantization.quant_utils import quantize_data
 
-    from typed_decisions_export.int8_matmul import quantize_weight_per_column
+    from typed_decisions_export.int8.integer import quantize_weight_per_column
 
     w = np.random.default_rng(0).normal(size=(64, 24)).astype(np.float32)  # (K, N)
     w[:, 3] = 0.0  # an all-zero column must not divide by zero

@@ -1,6 +1,6 @@
-"""SmoothQuant for the MLP down_proj (quantize.py, int8_matmul.py): the smoothing vector, the
-wiring it needs, that folding it into the up_proj / down_proj weights leaves the float32 graph's
-results unchanged, and what the manifest records.
+"""SmoothQuant for the MLP down_proj (int8/smoothquant.py, int8/matmul_rewrite.py): the smoothing
+vector, the wiring it needs, that folding it into the up_proj / down_proj weights leaves the
+float32 graph's results unchanged, and what the manifest records.
 
 A hand-built gated MLP graph (h -> gate, up -> act(gate) * up -> down) checks the mechanics in
 milliseconds; the tiny REAL model (SmolLM2-135M, with activation outliers in the thousands) checks
@@ -14,18 +14,20 @@ import json
 import numpy as np
 import pytest
 
-import typed_decisions_export.quantize as quantize_mod
 from typed_decisions_export import ExportError, Int8Options, quantize_export
 from typed_decisions_export.cli import main
-from typed_decisions_export.int8_matmul import EXACT_EVERYWHERE_FORMAT, quantize_matmuls, scale_weight
-from typed_decisions_export.quantize import _plan_smoothing, _smoothing_pairs, smoothing_vector
+from typed_decisions_export.int8.external_data import scale_weight
+from typed_decisions_export.int8.integer import EXACT_EVERYWHERE_FORMAT
+from typed_decisions_export.int8.matmul_rewrite import quantize_matmuls
+from typed_decisions_export.int8.smoothquant import CALIBRATION, plan_smoothing, smoothing_pairs, smoothing_vector
+from td_studies import int8_variants
 
 HIDDEN, INTER = 8, 16
 
 
 # --- a hand-built gated MLP ------------------------------------------------------------------------
 def _scoped(node, *scopes: str):
-    """Attach the dynamo exporter's name-scope metadata (what _module() reads) to a node."""
+    """Attach the dynamo exporter's name-scope metadata (what smoothquant._module() reads) to a node."""
     entry = node.metadata_props.add()
     entry.key, entry.value = "pkg.torch.onnx.name_scopes", repr(["", "base", "base.layers.0", "base.layers.0.mlp", *scopes])
     return node
@@ -96,7 +98,7 @@ def test_scale_weight_rows_and_columns():
 
 def test_pairs_found_on_a_gated_mlp(tmp_path):
     _mlp_graph(tmp_path / "m.onnx")
-    pairs, unmatched = _smoothing_pairs(tmp_path / "m.onnx")
+    pairs, unmatched = smoothing_pairs(tmp_path / "m.onnx")
     assert unmatched == {}
     assert pairs == [{
         "down_module": "layers.0.mlp.down_proj", "up_module": "layers.0.mlp.up_proj", "down_node": "node_down",
@@ -110,7 +112,7 @@ def test_pairs_found_on_a_gated_mlp(tmp_path):
 ])
 def test_pairs_refused_when_the_folding_would_not_be_exact(tmp_path, variant, reason):
     _mlp_graph(tmp_path / "m.onnx", **{variant: True})
-    pairs, unmatched = _smoothing_pairs(tmp_path / "m.onnx")
+    pairs, unmatched = smoothing_pairs(tmp_path / "m.onnx")
     assert pairs == []
     assert reason in unmatched["layers.0.mlp.down_proj"]
 
@@ -136,7 +138,7 @@ def test_folding_is_exact_in_float_on_the_hand_built_mlp(tmp_path):
 def _emulate_per_token(x: np.ndarray, w: np.ndarray, weight_levels: int = 63) -> np.ndarray:
     """The per-token INT8 MatMul in numpy, exact integer product: 127 levels per token,
     `weight_levels` per column."""
-    from typed_decisions_export.int8_matmul import quantize_weight_per_column
+    from typed_decisions_export.int8.integer import quantize_weight_per_column
 
     sx = np.abs(x).max(-1, keepdims=True) / 127.0  # (B, T, 1)
     wq, sw = quantize_weight_per_column(w, weight_levels)  # (K, N) int8, (N,)
@@ -199,7 +201,8 @@ def test_fused_kernel_gives_the_unfused_numbers_to_the_bit(tmp_path, rows):
     both graphs an export writes (u8*s8, and the u8*u8 twin CPUs without VNNI run)."""
     import onnx
 
-    from typed_decisions_export.int8_matmul import IntegerFormat, write_u8u8_graph
+    from typed_decisions_export.int8.integer import IntegerFormat
+    from typed_decisions_export.int8.u8u8 import write_u8u8_graph
 
     _mlp_graph(tmp_path / "m.onnx")
     assert quantize_matmuls(tmp_path / "m.onnx", tmp_path / "q.onnx", exclude=set(), fmt=IntegerFormat(127, 127),
@@ -230,15 +233,16 @@ def test_blocked_quantize_linear_gives_the_four_op_integers_to_the_bit(tmp_path,
     holds exact halves (127 sets the scale to ~1): both round them half to even."""
     import onnx
 
-    from typed_decisions_export.int8_matmul import IntegerFormat, write_u8u8_graph
+    from typed_decisions_export.int8.integer import IntegerFormat
+    from typed_decisions_export.int8.u8u8 import write_u8u8_graph
 
     _mlp_graph(tmp_path / "m.onnx")
     kwargs = {"one_level": {}, "two_level": {"two_level": {"x"}},
               "float_channels": {"float_channels": {"x": np.array([3]), "h": np.array([0, 5])}}}[variant]
     fmt = IntegerFormat(127, 127)
-    for name, blocked in (("new", True), ("old", False)):
-        quantize_matmuls(tmp_path / "m.onnx", tmp_path / f"{name}.onnx", exclude=set(), fmt=fmt, blocked_quantize=blocked,
-                         log=lambda m: None, **kwargs)
+    for name, blocked in (("new", True), ("old", False)):  # export/studies: float32 channels, the four ops forced
+        int8_variants().quantize_matmuls_study(tmp_path / "m.onnx", tmp_path / f"{name}.onnx", exclude=set(), fmt=fmt,
+                                               blocked_quantize=blocked, log=lambda m: None, **kwargs)
         write_u8u8_graph(tmp_path / f"{name}.onnx", tmp_path / f"{name}.u8u8.onnx")
     new, old = (onnx.load(str(tmp_path / f"{n}.onnx"), load_external_data=False) for n in ("new", "old"))
     version = {n: next(o.version for o in m.opset_import if o.domain == "") for n, m in (("new", new), ("old", old))}
@@ -291,7 +295,8 @@ def test_two_level_activations_match_numpy_and_keep_the_small_channels(tmp_path)
     the float product with the same 8-bit weights, which two levels approach far closer than one
     when a channel is 300x the others (channel 3 of _mlp_graph); row independence kept."""
     from td_int8 import graph_this_cpu_runs
-    from typed_decisions_export.int8_matmul import IntegerFormat, quantize_weight_per_column, write_u8u8_graph
+    from typed_decisions_export.int8.integer import IntegerFormat, quantize_weight_per_column
+    from typed_decisions_export.int8.u8u8 import write_u8u8_graph
 
     w = _mlp_graph(tmp_path / "m.onnx")
     fmt = IntegerFormat(127, 127)
@@ -331,13 +336,14 @@ def test_down_levels_needs_a_quantized_down_proj():
 
 
 def test_float32_channels_are_taken_out_of_the_integers(tmp_path):
-    """float_channels: the listed channels of down_proj's input are multiplied in float32 by their
-    weight rows; the rest is quantized per token without them (their rows are zero in the integer
-    weight, so they set neither a token's scale nor a column's). Oracle: numpy, exact integers."""
+    """float_channels (a study, export/studies/int8_variants.py): the listed channels of down_proj's
+    input are multiplied in float32 by their weight rows; the rest is quantized per token without
+    them (their rows are zero in the integer weight, so they set neither a token's scale nor a
+    column's). Oracle: numpy, exact integers."""
     w = _mlp_graph(tmp_path / "m.onnx")
     channels = np.array([3, 7])  # 3 is the hand-made outlier channel
-    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "f.onnx", exclude={"node_gate", "node_up"},
-                     fmt=EXACT_EVERYWHERE_FORMAT, float_channels={"x": channels}, log=lambda m: None)
+    int8_variants().quantize_matmuls_study(tmp_path / "m.onnx", tmp_path / "f.onnx", exclude={"node_gate", "node_up"},
+                                           fmt=EXACT_EVERYWHERE_FORMAT, float_channels={"x": channels}, log=lambda m: None)
     h = np.random.default_rng(2).normal(size=(2, 5, HIDDEN)).astype(np.float32)
     g = h @ w["w_gate"]
     with np.errstate(over="ignore"):
@@ -361,7 +367,8 @@ def test_per_tensor_activations_depend_on_batch_mates(tmp_path):
     """The documented negative: quantize_dynamic's per-tensor pattern gives a row a different result
     next to a loud row than alone, which per_token (above) never does."""
     _mlp_graph(tmp_path / "m.onnx")
-    quantize_matmuls(tmp_path / "m.onnx", tmp_path / "t.onnx", exclude=set(), activations="per_tensor", log=lambda m: None)
+    int8_variants().quantize_matmuls_study(tmp_path / "m.onnx", tmp_path / "t.onnx", exclude=set(), activations="per_tensor",
+                                           log=lambda m: None)
     h = np.random.default_rng(2).normal(size=(2, 5, HIDDEN)).astype(np.float32)
     h[1, 0] *= 50.0
     together = _run(tmp_path / "t.onnx", h)
@@ -410,7 +417,8 @@ def test_8_bit_weights_at_the_integer_extremes_are_exact_in_the_graph_this_cpu_r
     class (u8*s8 on VNNI/AMX, the u8*u8 twin elsewhere) gives the exact product, and so does the
     u8*u8 twin on every class."""
     from td_int8 import graph_this_cpu_runs
-    from typed_decisions_export.int8_matmul import IntegerFormat, write_u8u8_graph
+    from typed_decisions_export.int8.integer import IntegerFormat
+    from typed_decisions_export.int8.u8u8 import write_u8u8_graph
 
     h, w = _extreme_graph(tmp_path, IntegerFormat(127, 127))
     exact = h.astype(np.float64) @ w
@@ -426,7 +434,7 @@ def test_u8s8_kernel_with_8_bit_weights_is_exact_on_vnni_and_amx(tmp_path):
     benchmarks/int8_kernels.py; under qemu-x86_64 -cpu EPYC-Rome too)."""
     from td_int8 import exact_here
     from typed_decisions.cpu import cpu_class
-    from typed_decisions_export.int8_matmul import IntegerFormat
+    from typed_decisions_export.int8.integer import IntegerFormat
 
     if not exact_here():
         pytest.skip(f"the u8*s8 kernel with 8-bit weights is not exact on class {cpu_class()} (no VNNI/AMX)")
@@ -440,7 +448,8 @@ def test_u8u8_graph_computes_the_same_integers(tmp_path):
     with the weights stored once (the graph file has no tensor data of its own)."""
     import onnx
 
-    from typed_decisions_export.int8_matmul import IntegerFormat, quantize_weight_per_column, write_u8u8_graph
+    from typed_decisions_export.int8.integer import IntegerFormat, quantize_weight_per_column
+    from typed_decisions_export.int8.u8u8 import write_u8u8_graph
 
     w = _mlp_graph(tmp_path / "m.onnx")
     quantize_matmuls(tmp_path / "m.onnx", tmp_path / "q.onnx", exclude={"node_gate", "node_up"},
@@ -482,7 +491,7 @@ def test_folding_is_exact_in_float_on_smollm2(smollm2_export, tmp_path):
     src, _ = smollm2_export
     before = sorted(p.name for p in src.iterdir())
     ids = [1, 9690, 198, 2683, 359, 253, 5356, 2, 198, 1, 4093, 198, 59, 2, 198, 1, 520, 9531, 198]
-    plan = _plan_smoothing(src / "model.onnx", 0.5, [ids, ids[:9]], 0, log=lambda m: None)
+    plan = plan_smoothing(src / "model.onnx", 0.5, [ids, ids[:9]], 0, log=lambda m: None)
     record, rows, cols, float_nodes = plan.record, plan.scale_rows, plan.scale_cols, plan.float_nodes
     assert sorted(p.name for p in src.iterdir()) == before
     assert len(record["smoothed"]) == len(rows) == len(cols) == 30 and float_nodes == [] and record["not_matched"] == {}
@@ -513,14 +522,14 @@ def test_norm_folding_is_exact_in_float_on_smollm2(smollm2_export, tmp_path):
     import onnx
 
     from typed_decisions_export.ort_backbone import OrtBackbone
-    from typed_decisions_export.quantize import _norm_sites
+    from typed_decisions_export.int8.smoothquant import norm_sites
 
     src, _ = smollm2_export
-    sites = _norm_sites(src / "model.onnx")
+    sites = norm_sites(src / "model.onnx")
     assert [t["module"] for t in sites[:2]] == ["layers.0.input_layernorm", "layers.0.post_attention_layernorm"]
     assert len(sites) == 60 and [len(t["weights"]) for t in sites[:2]] == [3, 2]
     ids = [1, 9690, 198, 2683, 359, 253, 5356, 2, 198, 1, 4093, 198, 59, 2, 198, 1, 520, 9531, 198]
-    plan = _plan_smoothing(src / "model.onnx", 0.5, [ids], 0, log=lambda m: None, norms=True)
+    plan = plan_smoothing(src / "model.onnx", 0.5, [ids], 0, log=lambda m: None, norms=True)
     record, rows, cols = plan.record, plan.scale_rows, plan.scale_cols
     assert record["norms"] == [t["module"] for t in sites]
     gammas = {t["gamma"] for t in sites}
@@ -575,7 +584,7 @@ def test_manifest_records_the_smoothing(tiny_exports, tmp_path):
     sm = q["smoothing"]
     assert sm["method"] == "smoothquant" and sm["alpha"] == 0.5
     assert (sm["target"], sm["folded_into"]) == ("down_proj", "up_proj")
-    assert sm["calibration"]["prompts"] == len(quantize_mod.CALIBRATION) and sm["calibration"]["tokens"] > 0
+    assert sm["calibration"]["prompts"] == len(CALIBRATION) and sm["calibration"]["tokens"] > 0
     layers = {"layers.0.mlp.down_proj", "layers.1.mlp.down_proj"}
     assert set(sm["activation_absmax"]) == layers and sm["not_matched"] == {}
     # keep_float=1: the layer with the larger calibration maximum stays float32 and unsmoothed.
@@ -590,8 +599,8 @@ def test_manifest_records_the_smoothing(tiny_exports, tmp_path):
 
     graph = onnx.load(str(tmp_path / "sq" / "model.int8.onnx"), load_external_data=False).graph
     assert sum(n.op_type == "ReduceMax" for n in graph.node) == 2 * 4 - 1
-    per_tensor = quantize_export(src, tmp_path / "sq-tensor", Int8Options(smooth=0.5, activations="per_tensor"), force=True,
-                                 progress=False)["quantization"]
+    per_tensor = int8_variants().quantize_export_per_tensor(src, tmp_path / "sq-tensor", Int8Options(smooth=0.5), force=True,
+                                                            progress=False)["quantization"]
     assert per_tensor["smoothing"]["activations"] == "per_tensor" and per_tensor["excluded"] == []
     assert per_tensor["row_independent"] is False and per_tensor["integer_format"]["exact_without_vnni"] is False
     graph = onnx.load(str(tmp_path / "sq-tensor" / "model.int8.onnx"), load_external_data=False).graph
@@ -607,8 +616,8 @@ def test_without_smoothing_the_manifest_says_so(tiny_exports, tmp_path):
         Int8Options(smooth=1.5)
     with pytest.raises(ExportError, match="only apply with smoothing"):
         Int8Options(smooth=None, keep_float=2)
-    with pytest.raises(ExportError, match="activations='per_row'"):
-        Int8Options(activations="per_row")
+    with pytest.raises(TypeError, match="activations"):  # per-tensor scales: export/studies only
+        Int8Options(activations="per_tensor")
 
 
 def test_fused_gate_up_keeps_down_proj_float32_and_says_why(tiny_exports, tmp_path):
@@ -622,7 +631,6 @@ def test_fused_gate_up_keeps_down_proj_float32_and_says_why(tiny_exports, tmp_pa
     assert q["excluded"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
 
 
-@pytest.mark.int8_u8s8("--activations tensor: its drift probe runs the u8*s8 graph (no u8*u8 twin for per-tensor scales)")
 def test_cli_smooth(tiny_folders, tmp_path, capsys):
     out = tmp_path / "cli-sq"
     rc = main([str(tiny_folders["qwen2"]), "--out", str(out), "--quantize", "int8", "--smooth", "0.6", "--force", "--quiet"])
@@ -630,13 +638,14 @@ def test_cli_smooth(tiny_folders, tmp_path, capsys):
     sm = json.loads((out / "manifest.json").read_text())["quantization"]["smoothing"]
     assert sm["alpha"] == 0.6 and sm["smoothed"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
     assert sm["activations"] == "per_token"
-    out2 = tmp_path / "cli-sq-tensor"
+    out2 = tmp_path / "cli-sq-keep"
     assert main([str(tiny_folders["qwen2"]), "--out", str(out2), "--quantize", "int8", "--smooth", "0.5", "--keep-float", "1",
-                 "--activations", "tensor", "--force", "--quiet"]) == 0
+                 "--force", "--quiet"]) == 0
     q = json.loads((out2 / "manifest.json").read_text())["quantization"]
-    assert q["smoothing"]["activations"] == "per_tensor" and len(q["excluded"]) == 1
+    assert q["smoothing"]["activations"] == "per_token" and len(q["excluded"]) == 1
     capsys.readouterr()
-    for bad in (["--smooth", "2"], ["--smooth", "half"]):
+    # Per-tensor activations are a negative control (Int8Options), not a command-line choice.
+    for bad in (["--smooth", "2"], ["--smooth", "half"], ["--activations", "tensor"]):
         with pytest.raises(SystemExit) as e:
             main([str(tiny_folders["qwen2"]), "--out", str(tmp_path / "x"), "--quantize", "int8", *bad])
         assert e.value.code == 2

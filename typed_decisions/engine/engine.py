@@ -27,7 +27,7 @@ Work is shared in two ways:
 
 Rows of one run are independent: every operation of the graph is per token except attention, which
 reads only the row's own past (masked padding adds exact zeros). INT8 exports quantize activations
-with one scale per token (export/…/int8_matmul.py), so a row's answer does not depend on its
+with one scale per token (export/…/int8/quantized_graph.py), so a row's answer does not depend on its
 batch-mates or on where a cached prefix ends either; tests hold float32 and INT8 to 1e-5 alone vs
 batched vs cached. Two kinds of export still run one row per call (``rows_independent``): INT8
 exports made with per-tensor activation scales (before per-token quantization), and sliding-window

@@ -1,21 +1,24 @@
 """INT8 variants of a float32 export: drift (three ways of running a prompt) and prefill time.
 
-Not part of the package: the measurements behind docs/export.md (INT8, SmoothQuant). One model
+Not part of the package: the measurements behind docs/export.md (INT8, SmoothQuant); the variants
+the exporter does not write come from int8_variants.py beside it. One model
 session at a time (the float32 1.5B session holds ~6 GB); run it niced on a shared machine.
 
     # drift of variants ALPHA:KEEP[:token|tensor[:a7w8|a8w7]] ('none' = down_proj float32,
     # 'ones' = s = 1; activations per token (default) or per tensor; integer format), each vs float32
-    python export/scripts/int8_study.py drift FP32_DIR WORK none:0 0.5:0:token 0.5:0:token:a8w7 0.5:0:token:a7w8:norms 0.5:0:tensor ...
+    python export/studies/int8_study.py drift FP32_DIR WORK none:0 0.5:0:token 0.5:0:token:a8w7 0.5:0:token:a7w8:norms 0.5:0:tensor ...
     # prefill of one ~370-token prompt, 2 threads, 1 warm-up then median of 3, graphs in this order
-    python export/scripts/int8_study.py prefill FP32_DIR GRAPH.onnx [GRAPH.onnx ...]
+    python export/studies/int8_study.py prefill FP32_DIR GRAPH.onnx [GRAPH.onnx ...]
 
 `drift` measures each variant on the 8 drift PROBES plus 12 held-out questions (HELD, never used
-for choosing anything in quantize.py), each run alone, in one right-padded batch per set, and as
+for choosing anything in typed_decisions_export.int8), each run alone, in one right-padded batch
+per set, and as
 prefix + 3-token cached step; float32 is run once (alone: it depends on neither batching nor
 caching, <= 2e-6) and cached with the calibration maxima in WORK/cache.npz. It prints, per variant,
 the mean and max over prompts of max |dp| for each mode and over all 60 measurements, plus the
 official gate (8 probes, alone). Variants are built with the package's own functions
-(quantize._plan_smoothing, int8_matmul.quantize_matmuls) into WORK/m.onnx and removed afterwards.
+(smoothquant.plan_smoothing, int8_variants.quantize_matmuls_study) into WORK/m.onnx and removed
+afterwards.
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-import typed_decisions_export.quantize as qm
+import typed_decisions_export.int8.smoothquant as sq
 from typed_decisions.cpu import cpu_class
 from typed_decisions.quantized import EXACT_CLASSES
-from typed_decisions_export.int8_matmul import (EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat, quantize_matmuls,
-                                                write_u8u8_graph)
+from typed_decisions_export.int8 import drift as dr
+from typed_decisions_export.int8.integer import EXACT_EVERYWHERE_FORMAT, TOKEN_FORMAT, IntegerFormat
+from typed_decisions_export.int8.u8u8 import write_u8u8_graph
+
+from int8_variants import float_channels, quantize_matmuls_study  # beside this script
 
 FORMATS = {"a7w8": IntegerFormat(63, 127), "a8w7": EXACT_EVERYWHERE_FORMAT,
            "a8w8": TOKEN_FORMAT}  # a8w8's u8·s8 graph is exact only on VNNI/AMX: elsewhere its u8·u8 twin runs
@@ -59,14 +65,14 @@ HELD = [
 def _setup(fp32_dir: Path):
     manifest = json.loads((fp32_dir / "manifest.json").read_text())
     facts, arch = manifest["tokenizer"], manifest["architecture"]
-    tok = qm._probe_tokenizer(fp32_dir, facts)
+    tok = dr.probe_tokenizer(fp32_dir, facts)
     lm_head = np.load(fp32_dir / "lm_head.npy", mmap_mode="r")
-    cands = candidate_ids(tok, qm.CANDIDATE_TEXTS, fallback_vocab=lm_head.shape[0])
+    cands = candidate_ids(tok, dr.CANDIDATE_TEXTS, fallback_vocab=lm_head.shape[0])
 
     def enc(texts, system):
         return [encode_prompt(tok, render_chat(tok, t, system), facts["add_bos_token"]) for t in texts]
 
-    probe = qm._Probe(lm_head, cands, arch, facts["pad_token_id"] if facts["pad_token_id"] is not None else 0)
+    probe = dr.Probe(lm_head, cands, arch, facts["pad_token_id"] if facts["pad_token_id"] is not None else 0)
     return tok, facts, enc, probe
 
 
@@ -74,8 +80,8 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
     src = fp32_dir / "model.onnx"
     work.mkdir(parents=True, exist_ok=True)
     _, _, enc, probe = _setup(fp32_dir)
-    probes, held = enc(qm.PROBES, qm.PROBE_SYSTEM), enc(HELD, qm.PROBE_SYSTEM)
-    calib = enc(qm.CALIBRATION, qm.CALIBRATION_SYSTEM)
+    probes, held = enc(dr.PROBES, dr.PROBE_SYSTEM), enc(HELD, dr.PROBE_SYSTEM)
+    calib = enc(sq.CALIBRATION, sq.CALIBRATION_SYSTEM)
     cache = work / "cache.npz"
     if cache.exists():
         z = dict(np.load(cache))
@@ -84,14 +90,14 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
         z = {"p32": probe.alone(ort, probes), "h32": probe.alone(ort, held)}
         del ort
         gc.collect()
-        pairs, _ = qm._smoothing_pairs(src)
-        xs = [p["x"] for p in pairs] + [t["x"] for t in qm._norm_sites(src)]
-        z |= {"am_" + k: v for k, v in qm._activation_absmax(src, xs, calib, log=print).items()}
+        pairs, _ = sq.smoothing_pairs(src)
+        xs = [p["x"] for p in pairs] + [t["x"] for t in sq.norm_sites(src)]
+        z |= {"am_" + k: v for k, v in sq.activation_absmax(src, xs, calib, log=print).items()}
         np.savez(cache, **z)
     absmax = {k[3:]: v for k, v in z.items() if k.startswith("am_")}
     ref = np.concatenate([z["p32"], z["h32"]])  # (20, K)
-    qm._activation_absmax = lambda *a, **k: absmax  # calibrated once for all variants
-    plain_sv = qm.smoothing_vector
+    sq.activation_absmax = lambda *a, **k: absmax  # calibrated once for all variants
+    plain_sv = sq.smoothing_vector
     for spec in specs:
         alpha, keep, *rest = spec.split(":")
         norms = "norms" in rest
@@ -101,27 +107,27 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
         rest = [r for r in rest if r not in ("norms", "lvl2") and not r.startswith("fc")]
         activations = f"per_{rest[0]}" if rest else "per_token"
         fmt = FORMATS[rest[1]] if len(rest) > 1 else FORMATS["a7w8"]
-        qm.smoothing_vector = plain_sv
+        sq.smoothing_vector = plain_sv
         if alpha == "ones":  # down_proj quantized without smoothing
-            qm.smoothing_vector = lambda a, w, al: np.ones_like(np.asarray(a, np.float64))
+            sq.smoothing_vector = lambda a, w, al: np.ones_like(np.asarray(a, np.float64))
         t0 = time.perf_counter()
         if alpha == "none":
-            float_nodes, rows, cols, smoothed_inputs = qm._excluded_nodes(src)[0], {}, {}, []
+            float_nodes, rows, cols, smoothed_inputs = sq.excluded_nodes(src)[0], {}, {}, []
         else:
-            plan = qm._plan_smoothing(src, 0.5 if alpha == "ones" else float(alpha), calib, int(keep),
+            plan = sq.plan_smoothing(src, 0.5 if alpha == "ones" else float(alpha), calib, int(keep),
                                       log=lambda m: None, norms=norms)
             rows, cols, float_nodes, smoothed_inputs = plan.scale_rows, plan.scale_cols, plan.float_nodes, plan.smoothed_inputs
         channels = {}
         if fcd:
-            for p in qm._smoothing_pairs(src)[0]:  # the smoothed input is x / s: x * (up's column factor)
-                channels[p["x"]] = qm.float_channels(absmax[p["x"]] * cols.get(p["up_weight"], 1.0), fcd)
+            for p in sq.smoothing_pairs(src)[0]:  # the smoothed input is x / s: x * (up's column factor)
+                channels[p["x"]] = float_channels(absmax[p["x"]] * cols.get(p["up_weight"], 1.0), fcd)
         if fcn:
-            for t in qm._norm_sites(src):
-                channels[t["x"]] = qm.float_channels(absmax[t["x"]] * rows.get(t["gamma"], 1.0), fcn)
+            for t in sq.norm_sites(src):
+                channels[t["x"]] = float_channels(absmax[t["x"]] * rows.get(t["gamma"], 1.0), fcn)
         two_level = set(smoothed_inputs) if lvl2 else set()  # the quantized down_proj inputs
-        quantize_matmuls(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols,
-                         activations=activations, fmt=fmt, float_channels=channels, two_level=two_level,
-                         log=lambda m: None)
+        quantize_matmuls_study(src, work / "m.onnx", exclude=set(float_nodes), scale_rows=rows, scale_cols=cols,
+                               activations=activations, fmt=fmt, float_channels=channels, two_level=two_level,
+                               log=lambda m: None)
         graph = work / "m.onnx"
         if fmt is TOKEN_FORMAT and cpu_class() not in EXACT_CLASSES:
             # 8-bit weights saturate the u8·s8 kernel here: run the u8·u8 twin the runtime would load
@@ -140,8 +146,8 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
         (work / "m.u8u8.onnx").unlink(missing_ok=True)
         dp = {mode: np.abs(t - ref).max(axis=1) for mode, t in tables.items()}  # (20,) each
         every = np.concatenate(list(dp.values()))
-        gate = qm._compare(ref[: len(probes)], tables["alone"][: len(probes)])
-        parts = [f"{m}: mean {v.mean():.4f} max {v.max():.3f} flips {qm._compare(ref, tables[m])['top1_flips']}" for m, v in dp.items()]
+        gate = dr.compare(ref[: len(probes)], tables["alone"][: len(probes)])
+        parts = [f"{m}: mean {v.mean():.4f} max {v.max():.3f} flips {dr.compare(ref, tables[m])['top1_flips']}" for m, v in dp.items()]
         print(f"{spec}: gate (8 probes alone) max {gate['max_abs_prob']:.3f} flips {gate['top1_flips']} "
               f"decisive {gate['decisive_flips']} | held-out alone max {dp['alone'][len(probes):].max():.3f} | "
               f"all 60 mean {every.mean():.4f} max {every.max():.3f} | " + " | ".join(parts)
@@ -151,8 +157,8 @@ def drift(fp32_dir: Path, work: Path, specs: list[str]) -> None:
 
 def prefill(fp32_dir: Path, graphs: list[Path], threads: int = 2) -> None:
     _, _, enc, _ = _setup(fp32_dir)
-    state = " ".join(qm.CALIBRATION[:4]) + " " + " ".join(qm.PROBES[:4])
-    ids = enc([state], qm.PROBE_SYSTEM)[0]
+    state = " ".join(sq.CALIBRATION[:4]) + " " + " ".join(dr.PROBES[:4])
+    ids = enc([state], dr.PROBE_SYSTEM)[0]
     print(f"prompt: {len(ids)} tokens, {threads} threads", flush=True)
     for path in graphs:
         t0 = time.perf_counter()
