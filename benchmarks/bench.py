@@ -429,8 +429,8 @@ def profile_prefill(export_dir: Path, ids: list[int], threads: int) -> dict[str,
 
 def readout_plan(comp: Any) -> Any:
     """The contexts, allowed ids and trie nodes of one compiled request: ``Decider``'s own plan
-    (``decider.plan_readout``), so every peer reads exactly what ours reads."""
-    from typed_decisions.decider import plan_readout
+    (``readout_plan.plan_readout``), so every peer reads exactly what ours reads."""
+    from typed_decisions.readout_plan import plan_readout
 
     return plan_readout([comp])
 

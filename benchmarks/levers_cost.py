@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from typed_decisions.decider import Decider, parse_request, plan_readout
+from typed_decisions.decider import Decider, parse_request
+from typed_decisions.readout_plan import plan_readout
 
 STATES = ["I was charged twice for my subscription and want a refund.",
           "The app crashes every time I open the settings page on Android 14.",

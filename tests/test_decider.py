@@ -7,7 +7,8 @@ import pytest
 
 from typed_decisions import Choice, Decider, Noul, Score
 from typed_decisions.calibration import CalibrationFile, TypeCalibration, calibrate
-from typed_decisions.decider import parse_request, plan_readout
+from typed_decisions.decider import parse_request
+from typed_decisions.readout_plan import plan_readout
 from typed_decisions.readout import LabelTrie, option_probabilities
 from typed_decisions.reducers import confidence
 
