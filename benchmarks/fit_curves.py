@@ -34,24 +34,13 @@ from typed_decisions.compiler import resolve_label_mode
 from typed_decisions.cpu import describe
 from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import DATASETS, load_dataset
-from typed_decisions.evaluation.fit import head_rows
+from typed_decisions.evaluation.fit import first_per_class, head_rows
 from typed_decisions.evaluation.metrics import accuracy, ece, nll
 from typed_decisions.fit import fit_head
 from typed_decisions.fitted import FittedHead
 
 DEFAULT_SETS = ("trec", "sms-spam", "hutto-tweets", "hutto-movies", "rotten-tomatoes", "hutto-nyt", "hutto-amazon",
                 "trec-fine", "causal-judgment", "vitaminc")
-
-
-def per_class(rows: list[dict[str, Any]], gold: list[int], k: int) -> list[int]:
-    """Indices of the first k rows of each class, in the rows' order."""
-    seen: dict[int, int] = {}
-    out = []
-    for i, g in enumerate(gold):
-        if seen.get(g, 0) < k:
-            seen[g] = seen.get(g, 0) + 1
-            out.append(i)
-    return out
 
 
 def scores(probs: np.ndarray, gold: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:
@@ -106,7 +95,7 @@ def main() -> int:
         cal = load_dataset(name, "calibration")
         spec = cal.question
         gold_all = [spec.gold_index(r, n) for n, r in enumerate(cal.rows)]
-        train = [cal.rows[i] for i in per_class(cal.rows, gold_all, max(ks))]
+        train = [cal.rows[i] for i in first_per_class(gold_all, max(ks))]
         test = load_dataset(name, "test", args.test).rows
         q = spec.question()
         own = spec.instructions_field is not None
@@ -121,7 +110,7 @@ def main() -> int:
                                  "zero_shot": {m: interval(v) for m, v in zero.items()}, "fitted": {}}
         last = None
         for k in ks:
-            sub = np.array(per_class(train, list(y_tr), k))
+            sub = np.array(first_per_class(list(y_tr), k))
             counts = np.bincount(y_tr[sub], minlength=len(spec.options))
             if counts.min() < 2:
                 entry["fitted"][str(k)] = {"skipped": f"a class has {int(counts.min())} rows"}

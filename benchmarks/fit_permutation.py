@@ -27,18 +27,8 @@ import numpy as np
 from typed_decisions.cpu import describe
 from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import load_dataset
-from typed_decisions.evaluation.fit import head_rows
+from typed_decisions.evaluation.fit import first_per_class, head_rows
 from typed_decisions.evaluation.permutation import permutation_report
-
-
-def per_class(gold: list[int], k: int) -> list[int]:
-    seen: dict[int, int] = {}
-    out = []
-    for i, g in enumerate(gold):
-        if seen.get(g, 0) < k:
-            seen[g] = seen.get(g, 0) + 1
-            out.append(i)
-    return out
 
 
 def main() -> int:
@@ -59,7 +49,7 @@ def main() -> int:
         if spec.type != "choice":
             continue
         gold = [spec.gold_index(r, n) for n, r in enumerate(cal.rows)]
-        train = [cal.rows[i] for i in per_class(gold, args.k)]
+        train = [cal.rows[i] for i in first_per_class(gold, args.k)]
         test = load_dataset(name, "test", args.test).rows
         q = spec.question()
         heads = {"listed order": decider.fit(q, head_rows(spec, train), rotations=1),

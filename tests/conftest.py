@@ -161,3 +161,17 @@ def tiny_int8_per_tensor_dir(tiny_model_dir):
     """The same with per-tensor activation scales (quantize_dynamic's pattern): the documented
     negative, whose answers depend on batch-mates and cache splits."""
     return _int8_export(tiny_model_dir, "smollm2-135m-int8-per-tensor", "per_tensor")
+
+
+# --- presets -----------------------------------------------------------------------------------
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    """A copy of the shipped presets folder that tests may write (``register_preset``)."""
+    from typed_decisions.evaluation import presets
+
+    folder = tmp_path / "presets_data"
+    folder.mkdir()
+    for p in presets._folder().glob("*.json"):
+        (folder / p.name).write_text(p.read_text())
+    monkeypatch.setattr(presets, "_folder", lambda: folder)
+    return folder

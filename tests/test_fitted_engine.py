@@ -112,16 +112,6 @@ def test_a_head_of_another_export_is_refused(tiny_decider, head):
         tiny_decider.run_many([_request(tiny_decider)], heads=[{"team": other}])
 
 
-@pytest.fixture
-def shipped(tmp_path, monkeypatch):
-    folder = tmp_path / "presets_data"
-    folder.mkdir()
-    for p in presets._folder().glob("*.json"):
-        (folder / p.name).write_text(p.read_text())
-    monkeypatch.setattr(presets, "_folder", lambda: folder)
-    return folder
-
-
 def _team_preset():
     return {"name": "team", "version": 1, "question": {
         "name": "team", "type": "choice", "instructions": TEAM["instructions"],

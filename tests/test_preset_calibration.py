@@ -34,17 +34,6 @@ def _preset(question=NOUL, calibration=None, version=1):
     return data
 
 
-@pytest.fixture
-def shipped(tmp_path, monkeypatch):
-    """A copy of the shipped presets folder that tests may write (``register_preset``)."""
-    folder = tmp_path / "presets_data"
-    folder.mkdir()
-    for p in presets._folder().glob("*.json"):
-        (folder / p.name).write_text(p.read_text())
-    monkeypatch.setattr(presets, "_folder", lambda: folder)
-    return folder
-
-
 # -----------------------------------------------------------------------------
 # parsing: errors name the field
 

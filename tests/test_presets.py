@@ -27,12 +27,8 @@ def test_every_shipped_preset_matches_its_registered_version():
         assert preset.name == name and preset.question_spec().type == preset.question.type
 
 
-def test_an_edit_without_a_version_bump_is_refused(tmp_path, monkeypatch):
-    folder = tmp_path / "presets"
-    folder.mkdir()
-    for p in presets._folder().glob("*.json"):
-        (folder / p.name).write_text(p.read_text())
-    monkeypatch.setattr(presets, "_folder", lambda: folder)
+def test_an_edit_without_a_version_bump_is_refused(shipped):
+    folder = shipped
     data = json.loads((folder / "sms-spam.json").read_text())
     data["question"]["instructions"] = "Is this message junk?"
     (folder / "sms-spam.json").write_text(json.dumps(data))

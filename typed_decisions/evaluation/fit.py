@@ -35,7 +35,7 @@ from .spec import QuestionSpec
 if TYPE_CHECKING:
     from ..decider import Decider
 
-__all__ = ["head_rows", "fit_spec", "score_head", "main_fit"]
+__all__ = ["head_rows", "fit_spec", "first_per_class", "score_head", "main_fit"]
 
 
 def head_rows(spec: QuestionSpec, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -50,6 +50,22 @@ def head_rows(spec: QuestionSpec, rows: Sequence[Mapping[str, Any]]) -> list[dic
         if own is not None:
             row["instructions"] = own
         out.append(row)
+    return out
+
+
+def first_per_class(gold: Sequence[int], k: int) -> list[int]:
+    """Indices of the first k rows of each class, in the rows' order (a learning curve's k rows
+    per class: nested, so k = 8 rows are among k = 32's).
+
+    >>> first_per_class([0, 1, 0, 0, 1], 2)
+    [0, 1, 2, 4]
+    """
+    seen: dict[int, int] = {}
+    out = []
+    for i, g in enumerate(gold):
+        if seen.get(g, 0) < k:
+            seen[g] = seen.get(g, 0) + 1
+            out.append(i)
     return out
 
 
