@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import httpx
 
     from typed_decisions.decider import Decider
+    from typed_decisions.fitted import FittedHead
 
 API_KEY_ENV = "TYPED_DECISIONS_API_KEY"
 # Seconds a remote call may take. A CPU server answers a 3-question request on the 1.5B default
@@ -82,11 +83,18 @@ class LocalBackend:
         self.decider = decider
         self.name: str = decider.name
 
-    def run_many(self, requests: Sequence[WireRequest]) -> list[DecisionResponse]:
-        return self.decider.run_many(list(requests)) if requests else []
+    def run_many(self, requests: Sequence[WireRequest], *,
+                 heads: Sequence[Mapping[str, FittedHead] | None] | None = None) -> list[DecisionResponse]:
+        """``Decider.run_many``; ``heads``: per request, fitted heads by question name (``fitted.py``)."""
+        if not requests:
+            return []
+        if heads is not None and any(heads):
+            return self.decider.run_many(list(requests), heads=list(heads))
+        return self.decider.run_many(list(requests))
 
-    async def arun_many(self, requests: Sequence[WireRequest]) -> list[DecisionResponse]:
-        return await asyncio.to_thread(self.run_many, requests)
+    async def arun_many(self, requests: Sequence[WireRequest], *,
+                        heads: Sequence[Mapping[str, FittedHead] | None] | None = None) -> list[DecisionResponse]:
+        return await asyncio.to_thread(functools.partial(self.run_many, requests, heads=heads))
 
     @property
     def cache_key(self) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from typing_extensions import Self
+
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
 from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import PromptValue
@@ -102,6 +104,10 @@ class DecisionBase(RunnableSerializable[Any, Output]):
     client_kwargs: dict[str, Any] = Field(default_factory=dict, exclude=True)
     """Remote mode: extra arguments for ``httpx.Client`` / ``httpx.AsyncClient`` (e.g. a transport)."""
 
+    heads: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    """Fitted heads (``typed_decisions.fitted.FittedHead``) by question name, set by ``fit``: those
+    questions are answered by their head (a local decider only)."""
+
     _backend: DecisionBackend = PrivateAttr()
 
     @model_validator(mode="after")
@@ -119,6 +125,46 @@ class DecisionBase(RunnableSerializable[Any, Output]):
     @property
     def model_name(self) -> str:
         return self._backend.name
+
+    # -- fitting on labelled examples
+
+    def fit(self, examples: Sequence[Any], **kwargs: Any) -> Self:
+        """A copy of this Runnable whose questions are answered by heads fitted on ``examples``
+        (``Decider.fit``: the hidden state at the answer position and the zero-shot log-probs, a
+        logistic head; docs/evaluation.md, "Fitted readout"). An example is ``(input, answer)``
+        or ``{"input": ..., "answer": ...}``, its answer what this Runnable's question should give
+        (an option name, a bool, a level number) or, for several questions, ``{name: answer}``.
+        Only with a local decider (a server answers fitted presets at ``/v1/presets/{name}``);
+        ``kwargs`` go to ``Decider.fit`` (``rotations``, ``components``, ...)."""
+        decider = getattr(self._backend, "decider", None)
+        if decider is None or not hasattr(decider, "fit"):
+            raise TypeError(f"{type(self).__name__}.fit needs a local decider (decider=...); a server answers "
+                            "fitted presets at /v1/presets/{name} (typed-decisions fit, serve --preset)")
+        questions = self._questions(None)
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for i, example in enumerate(examples):
+            value, answer = (example["input"], example["answer"]) if isinstance(example, Mapping) else example
+            answers = self._answers(answer)
+            unknown = sorted(set(answers) - set(questions))
+            if unknown:
+                raise ValueError(f"examples[{i}]: {unknown} are not questions of this Runnable ({sorted(questions)})")
+            state = self._request(value)["state"]
+            for name, a in answers.items():
+                rows.setdefault(name, []).append({"state": state, "answer": a})
+        heads = {name: decider.fit(questions[name], named, **kwargs) for name, named in rows.items()}
+        return self.model_copy(update={"heads": {**self.heads, **heads}})
+
+    def _answers(self, answer: Any) -> dict[str, Any]:
+        """An example's answer as {question name: answer} (a Runnable of one question overrides)."""
+        if not isinstance(answer, Mapping):
+            raise ValueError("an example's answer is {question name: answer} for a Runnable of several questions")
+        return dict(answer)
+
+    def _heads_for(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """Per request, the fitted heads of the questions it asks (None: no heads at all)."""
+        if not self.heads:
+            return None
+        return [{n: h for n, h in self.heads.items() if n in r["questions"]} for r in requests]
 
     # -- what a subclass defines
 
@@ -165,13 +211,19 @@ class DecisionBase(RunnableSerializable[Any, Output]):
     def _run(self, inputs: list[Any], run_manager: list[CallbackManagerForChainRun] | None = None,
              ) -> list[Output | Exception]:
         out, requests, where = self._prepare(inputs)
-        return self._fill(out, where, self._backend.run_many(requests))
+        heads = self._heads_for(requests)
+        if heads is None:
+            return self._fill(out, where, self._backend.run_many(requests))
+        return self._fill(out, where, self._backend.run_many(requests, heads=heads))  # type: ignore[call-arg]
 
     async def _arun(self, inputs: list[Any],
                     run_manager: list[AsyncCallbackManagerForChainRun] | None = None,
                     ) -> list[Output | Exception]:
         out, requests, where = self._prepare(inputs)
-        return self._fill(out, where, await self._backend.arun_many(requests))
+        heads = self._heads_for(requests)
+        if heads is None:
+            return self._fill(out, where, await self._backend.arun_many(requests))
+        return self._fill(out, where, await self._backend.arun_many(requests, heads=heads))  # type: ignore[call-arg]
 
     def _one(self, value: Any) -> Output:
         (result,) = self._run([value])

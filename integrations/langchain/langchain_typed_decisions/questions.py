@@ -47,6 +47,9 @@ class _OneQuestion(DecisionBase[Any]):
     def _value(self, answer: Any) -> Any:
         raise NotImplementedError
 
+    def _answers(self, answer: Any) -> dict[str, Any]:
+        return {self.key: answer}
+
     def _convert(self, response: DecisionResponse) -> Any:
         answer = response.answers[self.key]
         return answer if self.return_answer else self._value(answer)
