@@ -104,6 +104,15 @@ def test_prior_rows_puts_the_rows_class_frequencies_back():
     assert np.array_equal(rows.weights, uniform.weights)
 
 
+def test_a_given_prior_replaces_the_balanced_one():
+    hidden, probs, y = _data()
+    uniform = fit_head(hidden, probs, y, prior="uniform", l2_grid=(1.0,))
+    given = fit_head(hidden, probs, y, prior=[6.0, 3.0, 1.0], l2_grid=(1.0,))
+    assert np.allclose(given.bias - uniform.bias, np.log([0.6, 0.3, 0.1]) - np.log(1 / 3), atol=1e-12)
+    with pytest.raises(ValueError, match="3 class frequencies > 0"):
+        fit_head(hidden, probs, y, prior=[1.0, 0.0, 1.0], l2_grid=(1.0,))
+
+
 def test_cv_picks_the_regularisation_by_held_out_log_loss_and_reports_it():
     hidden, probs, y = _data(n_per_class=20)
     fit = fit_head(hidden, probs, y)

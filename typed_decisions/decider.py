@@ -322,13 +322,15 @@ class Decider:
     def fit(self, question: Question | Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *,
             rotations: int = 1, label_mode: LabelMode | None = None, debias: Debias | None = None,
             examples: Sequence[Example | Mapping[str, Any]] | None = None, components: int = 256,
-            class_weight: str = "balanced", prior: str = "rows", folds: int = 5, batch: int = 16,
+            class_weight: str = "balanced", prior: str | Sequence[float] = "rows", folds: int = 5, batch: int = 16,
             progress: bool = False, command: str = "") -> FittedHead:
         """Fit a head for ``question`` on labelled ``rows`` ``{"state", "answer", "instructions"?}``
         (``answer``: an option key — choice: its name; score: a level number; noul: yes/no or a
         bool; ``instructions``: the row's own question text). Each row is read once (``features``);
         choice rows under ``rotations`` cyclic option orders, so the head learns the options, not
-        their places. Needs scikit-learn (``fit.py``); errors name the row and field."""
+        their places. ``prior``: the class frequencies the head assumes where it answers — "rows" (the
+        rows' own), "uniform", or one frequency per option (when the rows were not sampled as the
+        answers occur, e.g. k per class). Needs scikit-learn (``fit.py``); errors name the row and field."""
         q = self.parse_question(question)
         classes = self.option_keys(q)
         gold = [self._row_answer(row, i, classes) for i, row in enumerate(rows)]
@@ -348,7 +350,8 @@ class Decider:
                            components=result.components, l2=result.l2, folds=result.folds,
                            cv_accuracy=result.cv_accuracy, cv_nll=result.cv_nll,
                            zero_shot_cv_accuracy=result.zero_shot_accuracy, rotations=n_orders,
-                           class_weight=class_weight, prior=prior, seconds=round(result.seconds, 3),  # type: ignore[arg-type]
+                           class_weight=class_weight, prior=prior if isinstance(prior, str) else [float(x) for x in prior],  # type: ignore[arg-type]
+                           seconds=round(result.seconds, 3),
                            date=time.strftime("%Y-%m-%d"), command=command)
         return FittedHead(
             question_type=q.type, classes=classes, model=self.model_key, export_sha256=self.export_sha256,

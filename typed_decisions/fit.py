@@ -13,8 +13,10 @@ p (n, C) in class order and the gold class y (n,):
               (k = min(folds, rows of the rarest class); rows read under several option orders
               stay in one fold: ``groups``)
     W       = [A_logp, A_z V]                                   the projection folded in: (C, C + H)
-    b      += log π_rows − log π_balanced    (prior="rows": the rows' class frequencies come back,
-                                              which balanced weights had flattened)
+    b      += log π − log π_balanced         (prior="rows": π = the rows' class frequencies, which
+                                              balanced weights had flattened; or π given: the class
+                                              frequencies where the head will answer, when the rows
+                                              were sampled otherwise, e.g. k per class)
 
 so a served head is ``softmax(W [clip(log p), z] + b)`` (``FittedHead.probabilities``) with no PCA
 at run time. Two classes: scikit-learn fits one logit a = wᵀx + c; it is written as the two rows
@@ -91,7 +93,8 @@ def _log_loss(probs: np.ndarray, y: np.ndarray) -> float:
 
 
 def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, components: int = 256,
-             class_weight: Literal["balanced", "none"] = "balanced", prior: Literal["rows", "uniform"] = "rows",
+             class_weight: Literal["balanced", "none"] = "balanced",
+             prior: Literal["rows", "uniform"] | Sequence[float] = "rows",
              folds: int = 5, l2_grid: Sequence[float] = L2_GRID, groups: Sequence[int] | None = None,
              seed: int = 0, tol: float = 1e-6) -> HeadFit:
     """Fit the head of the module docstring. ``hidden`` (n, H), ``probs`` (n, C) zero-shot
@@ -147,7 +150,13 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
         intercept = np.array([-intercept[0] / 2, intercept[0] / 2])
     weights = np.concatenate([coef[:, :n_classes], coef[:, n_classes:] @ v], axis=1)   # (C, C + H)
     bias = np.array(intercept, dtype=np.float64)
-    if cw is not None and prior == "rows":
+    if not isinstance(prior, str):
+        pi = np.asarray(prior, dtype=np.float64)
+        if pi.shape != (n_classes,) or np.any(pi <= 0):
+            raise ValueError(f"prior: {n_classes} class frequencies > 0, got {list(pi)}")
+        trained = np.full(n_classes, 1.0 / n_classes) if cw is not None else counts / n
+        bias = bias + np.log(pi / pi.sum()) - np.log(trained)
+    elif cw is not None and prior == "rows":
         bias = bias + np.log(counts / n) - np.log(1.0 / n_classes)
     return HeadFit(mean=mean, scale=scale, weights=weights, bias=bias, components=d, l2=best_c, folds=k if k >= 2 else 0,
                    cv_accuracy=cv_acc, cv_nll=cv_nll, zero_shot_accuracy=float(np.mean(p.argmax(1) == y)),

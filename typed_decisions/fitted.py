@@ -95,7 +95,8 @@ class FitReport(BaseModel):
     zero_shot_cv_accuracy: float | None = Field(None, description="zero-shot accuracy on the same rows")
     rotations: int = Field(1, ge=1, description="option orders each choice row was read under")
     class_weight: Literal["balanced", "none"] = "balanced"
-    prior: Literal["rows", "uniform"] = "rows"
+    prior: Literal["rows", "uniform"] | list[float] = Field(
+        "rows", description="the class prior put into the bias: the rows' frequencies, uniform, or given")
     seconds: float | None = None
     date: str = ""
     command: str = ""

@@ -118,6 +118,8 @@ def main_fit(argv: list[str]) -> int:
     p.add_argument("--test-limit", type=int, default=0, help="also score head and zero-shot on N test-split rows")
     p.add_argument("--rotations", type=int, default=1, help="choice: read each row under R option orders")
     p.add_argument("--components", type=int, default=256, help="PCA dimensions of the hidden state (default 256)")
+    p.add_argument("--prior", default="rows", help="class prior of the head: 'rows' (the rows' frequencies, default), "
+                                                   "'uniform', or one frequency per option, comma-separated, in option order")
     p.add_argument("--labels", choices=LABEL_MODES, default="auto")
     p.add_argument("--wording", choices=list(WORDINGS), default="default")
     p.add_argument("--threads", type=int, default=None)
@@ -136,7 +138,16 @@ def main_fit(argv: list[str]) -> int:
         examples = Preset.model_validate({**preset, "fitted": None, "calibration": None}).wire_examples()
     decider = Decider.load(args.model, threads=args.threads, label_mode=args.labels, wording=args.wording)
     command = "typed-decisions fit " + shlex.join(argv)
-    head = fit_spec(decider, spec, rows, rotations=args.rotations, components=args.components,
+    prior: str | list[float] = args.prior
+    if args.prior not in ("rows", "uniform"):
+        try:
+            prior = [float(x) for x in args.prior.split(",")]
+        except ValueError:
+            raise InvalidRequestError(f"--prior: 'rows', 'uniform' or numbers, got {args.prior!r}") from None
+        if len(prior) != len(spec.options) or min(prior) <= 0:
+            raise InvalidRequestError(f"--prior: {len(spec.options)} frequencies > 0 (one per option: "
+                                      f"{', '.join(spec.option_names)}), got {args.prior!r}")
+    head = fit_spec(decider, spec, rows, rotations=args.rotations, components=args.components, prior=prior,
                     examples=examples, progress=not args.quiet, command=command)
     out = with_head(preset, head, bump=bump)
     args.out.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
