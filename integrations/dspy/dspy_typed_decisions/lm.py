@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dspy
@@ -28,6 +28,8 @@ from dspy.dsp.utils.settings import settings
 from dspy.utils.callback import BaseCallback, with_callbacks
 
 from typed_decisions.client import DEFAULT_TIMEOUT_S
+from typed_decisions.fitted import FittedHead
+from typed_decisions.schema import json_sha256
 
 from .backends import DecisionBackend, make_backend
 
@@ -79,6 +81,9 @@ class TypedDecisionsLM(BaseLM):
         self.kwargs: dict[str, Any] = {}  # no default generation settings: Predict reads these
         self.base_url = base_url
         self.timeout = timeout
+        # fitted heads (``fit``) by the canonical hash of the wire question they answer
+        self.heads: dict[str, FittedHead] = {}
+        self._record: list[tuple[Any, dict[str, Any]]] | None = None  # ``fit``'s recording pass
 
     def __repr__(self) -> str:
         where = f"base_url={self.base_url!r}" if self.base_url else "local"
@@ -87,10 +92,64 @@ class TypedDecisionsLM(BaseLM):
     # -- the decision protocol
 
     def _request(self, state: Any, questions: Mapping[str, Any]) -> dict[str, Any]:
-        """The DSPy cache key: everything that changes the answers, never the API key."""
-        return {"provider": PROVIDER, "model": self.model,
-                "backend": getattr(self.backend, "cache_key", type(self.backend).__name__),
-                "state": state, "questions": dict(questions)}
+        """The DSPy cache key: everything that changes the answers (fitted heads included), never
+        the API key."""
+        key = {"provider": PROVIDER, "model": self.model,
+               "backend": getattr(self.backend, "cache_key", type(self.backend).__name__),
+               "state": state, "questions": dict(questions)}
+        heads = self._heads_for(questions)
+        if heads:
+            key["heads"] = {name: head.id for name, head in heads.items()}
+        return key
+
+    def _heads_for(self, questions: Mapping[str, Any]) -> dict[str, FittedHead]:
+        """The fitted heads of these questions: a head answers exactly the wire question it was fitted on."""
+        if not self.heads:
+            return {}
+        return {name: self.heads[h] for name, q in questions.items() if (h := json_sha256(q)) in self.heads}
+
+    def _run(self, request: dict[str, Any]) -> Any:
+        heads = self._heads_for(request["questions"])
+        if heads:
+            (answer,) = self.backend.run_many([self._wire(request)], heads=[heads])  # type: ignore[call-arg]
+        else:
+            (answer,) = self.backend.run_many([self._wire(request)])
+        return answer
+
+    # -- fitting on a trainset
+
+    def fit(self, program: Any, trainset: Sequence[Any], **kwargs: Any) -> TypedDecisionsLM:
+        """A copy of this LM whose questions are answered by heads fitted on ``trainset``
+        (``Decider.fit``: the hidden state at the answer position and the zero-shot log-probs;
+        docs/evaluation.md, "Fitted readout"). ``program`` (a ``dspy.Predict``, ``TypedPredict`` or
+        any module) is run once on each example's inputs with this LM, recording the questions
+        DSPy's decision adapter sends; each output field an example labels gives a row to the
+        question of that name. A head then answers exactly that wire question (same signature,
+        instructions and demos); other questions stay zero-shot. A local decider only;
+        ``kwargs`` go to ``Decider.fit`` (``rotations``, ``prior``, ...)."""
+        decider = getattr(self.backend, "decider", None)
+        if decider is None or not hasattr(decider, "fit"):
+            raise TypeError("TypedDecisionsLM.fit needs a local decider; a server answers fitted presets at "
+                            "/v1/presets/{name} (typed-decisions fit, serve --preset)")
+        recorder = self.copy(cache=False)
+        asked: dict[str, dict[str, Any]] = {}
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for example in trainset:
+            recorder._record = []
+            with dspy.context(lm=recorder):
+                program(**example.inputs())
+            for state, questions in recorder._record:
+                for name, question in questions.items():
+                    if name not in example.labels():
+                        continue
+                    key = json_sha256(question)
+                    asked[key] = question
+                    rows.setdefault(key, []).append({"state": state, "answer": _option(question, example[name])})
+        if not rows:
+            raise ValueError("fit: no example labels an output of the questions the program asked")
+        new = self.copy()
+        new.heads = {**self.heads, **{key: decider.fit(asked[key], named, **kwargs) for key, named in rows.items()}}
+        return new
 
     @staticmethod
     def _check(state: Any, questions: Any, extra: Mapping[str, Any]) -> None:
@@ -126,12 +185,13 @@ class TypedDecisionsLM(BaseLM):
                  **extra: Any) -> dict[str, dict[str, Any]]:
         """Answer the questions DSPy's decision adapter built for a predictor."""
         self._check(state, questions, extra)
+        if self._record is not None:
+            self._record.append((state, dict(questions)))  # type: ignore[arg-type]
         request = self._request(state, questions)  # type: ignore[arg-type]
         response = dspy.cache.get(request) if self.cache else None
         cache_hit = response is not None
         if response is None:
-            (answer,) = self.backend.run_many([self._wire(request)])
-            response = answer.model_dump(mode="json")
+            response = self._run(request).model_dump(mode="json")
         return self._finish(request, response, cache_hit)
 
     @with_callbacks
@@ -139,11 +199,17 @@ class TypedDecisionsLM(BaseLM):
                     **extra: Any) -> dict[str, dict[str, Any]]:
         """Async ``__call__`` (a local engine runs in a worker thread)."""
         self._check(state, questions, extra)
+        if self._record is not None:
+            self._record.append((state, dict(questions)))  # type: ignore[arg-type]
         request = self._request(state, questions)  # type: ignore[arg-type]
         response = dspy.cache.get(request) if self.cache else None
         cache_hit = response is not None
         if response is None:
-            (answer,) = await self.backend.arun_many([self._wire(request)])
+            heads = self._heads_for(request["questions"])
+            if heads:
+                (answer,) = await self.backend.arun_many([self._wire(request)], heads=[heads])  # type: ignore[call-arg]
+            else:
+                (answer,) = await self.backend.arun_many([self._wire(request)])
             response = answer.model_dump(mode="json")
         return self._finish(request, response, cache_hit)
 
@@ -191,6 +257,17 @@ class TypedDecisionsLM(BaseLM):
             raise ValueError("this TypedDecisionsLM was saved with an in-memory Decider; pass the "
                              "export directory (decider='path') to save a program that can be reloaded")
         return cls(**state)
+
+
+def _option(question: Mapping[str, Any], label: Any) -> Any:
+    """An example's label as the option key a head is fitted on: a noul's bool as is, a score's
+    level (an int, a Score-like ``.level``, or a level's text) as its number, a choice's value."""
+    if question.get("type") == "score":
+        level = getattr(label, "level", label)
+        if isinstance(level, str) and level in question.get("criteria", []):
+            level = question["criteria"].index(level)
+        return str(level)
+    return getattr(label, "value", label) if question.get("type") == "choice" and not isinstance(label, str) else label
 
 
 __all__ = ["TypedDecisionsLM"]
