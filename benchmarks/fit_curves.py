@@ -5,11 +5,21 @@ For each dev-bench set (datasets.py) the script reads, once per row, what a head
 the first ``max(k)`` rows of each class of the calibration split (fixed hash order) and the first
 ``--test`` rows of the test split. For each k it fits a head on the first k rows of each class
 (``fit.fit_head``; a class with fewer rows gives all it has) and scores head and zero-shot on the
-same test rows, twice: with the prior of the rows it was fitted on (k per class: uniform) and with
-the calibration split's class frequencies as the prior (``--priors``; what a user who knows how
+same test rows, with the prior of the rows it was fitted on (k per class: uniform) and with
+the calibration split's class frequencies as the prior (``--heads``; what a user who knows how
 often each answer occurs would give): accuracy, NLL, ECE, with 95 % percentile-bootstrap intervals (``--boot``
 resamples of the test rows, seed 0, shared by both readouts so the delta is paired). Then the
 mean over sets (each resample: the mean of the per-set resampled values).
+
+The readouts compared (``--heads``): the multinomial head with either prior, the same with its
+logits divided by a temperature fitted on the CV predictions (``+T``), and for score questions a
+cumulative-logit head (``+ordinal``, ``fit_ordinal.py``); and in-context few-shot with the same
+rows (``--shots``: k rows per class shown as examples, at most ``--max-shots``). Each ECE comes with
+its floor (``ece_floor``): what a perfectly calibrated readout with the same probabilities would
+show on this many test rows (60 rows, 10 bins: typically 0.05-0.08), so an ECE is read against it.
+
+What each row read is cached by row (``<out>.features.npz``): re-scoring, more rows per class or
+more test rows read only what was not read before.
 
 It also times one request alone, zero-shot vs fitted, interleaved on the same test states with the
 prefix cache off (``--time-rows``): the ratio line says what a head costs at serve time.
@@ -23,6 +33,7 @@ The result file: {"schema": 1, "tool": "fit_curves", "command", "git", "machine"
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -62,6 +73,72 @@ def interval(x: np.ndarray) -> list[float]:
             round(float(np.percentile(x[:-1], 97.5)), 4)]
 
 
+class FeatureCache:
+    """What ``Decider.features`` read per row (hidden state, zero-shot probabilities), kept in one
+    ``.npz`` by key (set/split, and the few-shot examples' hash) and row hash: a later run with
+    more rows per class or more test rows reads only the rows it has not seen. Saved every
+    ``chunk`` rows, so an interrupted run keeps what it read."""
+
+    def __init__(self, path: Path, chunk: int = 48) -> None:
+        self.path, self.chunk = path, chunk
+        self.data: dict[str, np.ndarray] = dict(np.load(path)) if path.exists() else {}
+
+    def read(self, decider: Decider, key: str, question: Any, rows: list[dict[str, Any]], *,
+             examples: list[dict[str, Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if examples:
+            key += "/" + hashlib.sha256(json.dumps(examples, sort_keys=True).encode()).hexdigest()[:12]
+        ids = [hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()[:16] for r in rows]
+        have = {i: n for n, i in enumerate(self.data.get(f"{key}/ids", np.array([], dtype=str)).tolist())}
+        missing = [n for n, i in enumerate(ids) if i not in have]
+        for start in range(0, len(missing), self.chunk):
+            part = missing[start:start + self.chunk]
+            h, p, _ = decider.features(question, [rows[n] for n in part], examples=examples)
+            old_ids = self.data.get(f"{key}/ids", np.array([], dtype=str))
+            self.data[f"{key}/ids"] = np.concatenate([old_ids.astype(str), np.array([ids[n] for n in part])])
+            self.data[f"{key}/h"] = np.concatenate([self.data[f"{key}/h"], h]) if f"{key}/h" in self.data else h
+            self.data[f"{key}/p"] = np.concatenate([self.data[f"{key}/p"], p]) if f"{key}/p" in self.data else p
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(self.path, **self.data)
+            print(f"  {key}: read {start + len(part)}/{len(missing)} rows", flush=True)
+        have = {i: n for n, i in enumerate(self.data[f"{key}/ids"].tolist())} if ids else {}
+        at = np.array([have[i] for i in ids], dtype=np.int64)
+        return self.data[f"{key}/h"][at], self.data[f"{key}/p"][at]
+
+
+def shot_order(gold: list[int], k: int, cap: int) -> list[int]:
+    """The few-shot examples for k rows per class: the head's rows (``first_per_class``), at most
+    ``cap`` of them taken round-robin over the classes (so a cap keeps the classes balanced),
+    returned in the rows' (hash) order."""
+    per_class: dict[int, list[int]] = {}
+    for i in first_per_class(gold, k):
+        per_class.setdefault(gold[i], []).append(i)
+    picked: list[int] = []
+    for rank in range(k):
+        for c in sorted(per_class):
+            if rank < len(per_class[c]) and len(picked) < cap:
+                picked.append(per_class[c][rank])
+    return sorted(picked)
+
+
+def wire_example(spec: Any, row: dict[str, Any], n: int) -> dict[str, Any]:
+    """A labelled row as a few-shot example of ``Decider.features``' question (named "q")."""
+    ex = spec.example(row, n)
+    return {k: ({"q": next(iter(v.values()))} if k in ("answers", "instructions") else v) for k, v in ex.items()}
+
+
+def ece_floor(probs: np.ndarray, draws: int = 200, seed: int = 1) -> float:
+    """The ECE a perfectly calibrated readout with these probabilities would still show on this
+    many rows: the mean ECE over gold labels drawn from the probabilities themselves. An ECE
+    measured on n rows is biased up by about this much (10 bins, 60 rows: often 0.05-0.08)."""
+    rng = np.random.default_rng(seed)
+    cum = np.cumsum(probs, axis=1)
+    out = []
+    for _ in range(draws):
+        y = (rng.random((probs.shape[0], 1)) > cum).sum(axis=1).clip(0, probs.shape[1] - 1)
+        out.append(ece(list(probs), list(y)))
+    return float(np.mean(out))
+
+
 def time_requests(decider: Decider, spec: Any, head: FittedHead, rows: list[dict[str, Any]]) -> dict[str, float]:
     """Seconds per request alone, zero-shot and fitted, interleaved (order swapped every row), no prefix cache."""
     t_zero, t_fit = [], []
@@ -86,14 +163,19 @@ def main() -> int:
     p.add_argument("--components", type=int, default=256)
     p.add_argument("--time-rows", type=int, default=20, help="requests timed per set (0: no timing)")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--priors", default="rows,split", help="rows (the fitted rows' frequencies) and/or split "
-                                                          "(the calibration split's class frequencies)")
+    p.add_argument("--heads", default="rows,split,rows+T,split+T,rows+ordinal",
+                   help="the fitted readouts: a prior, rows (the fitted rows' frequencies) or split (the calibration "
+                        "split's class frequencies), +T for the CV temperature, +ordinal for a cumulative-logit head "
+                        "(score questions; fit_ordinal.py)")
+    p.add_argument("--shots", default="8", help="in-context few-shot curve: k rows per class shown as examples "
+                                                "(the head's rows; '' for none)")
+    p.add_argument("--max-shots", type=int, default=40, help="at most this many few-shot examples (context and cost)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    priors = args.priors.split(",")
-    cache = args.out.with_suffix(".features.npz")  # what each row read, so a re-fit never re-reads
-    saved = dict(np.load(cache)) if cache.exists() else {}
+    heads = args.heads.split(",")
+    cache = FeatureCache(args.out.with_suffix(".features.npz"))  # what each row read, so a re-fit never re-reads
     ks = [int(k) for k in args.ks.split(",")]
+    shot_ks = [int(k) for k in args.shots.split(",") if k]
     decider = Decider.load(args.model, threads=args.threads)
     rng = np.random.default_rng(0)
     results: dict[str, Any] = {}
@@ -106,15 +188,8 @@ def main() -> int:
         test = load_dataset(name, "test", args.test).rows
         q = spec.question()
         own = spec.instructions_field is not None
-        if f"{name}/h_tr" in saved and saved[f"{name}/h_tr"].shape[0] == len(train) \
-                and saved[f"{name}/h_te"].shape[0] == len(test):
-            h_tr, p_tr, h_te, p_te = (saved[f"{name}/{k}"] for k in ("h_tr", "p_tr", "h_te", "p_te"))
-        else:
-            h_tr, p_tr, _ = decider.features(q, head_rows(spec, train))
-            h_te, p_te, _ = decider.features(q, head_rows(spec, test))
-            saved.update({f"{name}/h_tr": h_tr, f"{name}/p_tr": p_tr, f"{name}/h_te": h_te, f"{name}/p_te": p_te})
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            np.savez_compressed(cache, **saved)
+        h_tr, p_tr = cache.read(decider, f"{name}/train", q, head_rows(spec, train))
+        h_te, p_te = cache.read(decider, f"{name}/test", q, head_rows(spec, test))
         split_prior = np.bincount(gold_all, minlength=len(spec.options)) + 1.0  # +1: no zero frequency
         y_tr = np.array([spec.gold_index(r, n) for n, r in enumerate(train)])
         y_te = np.array([spec.gold_index(r, n) for n, r in enumerate(test)])
@@ -122,59 +197,86 @@ def main() -> int:
         zero = scores(p_te, y_te, idx)
         entry: dict[str, Any] = {"type": spec.type, "options": len(spec.options), "test_rows": int(y_te.size),
                                  "train_rows_read": int(y_tr.size),
-                                 "zero_shot": {m: interval(v) for m, v in zero.items()}, "fitted": {}}
+                                 "zero_shot": {**{m: interval(v) for m, v in zero.items()},
+                                               "ece_floor": round(ece_floor(p_te), 4)}, "fitted": {}}
+        for k in shot_ks:  # in-context few-shot with the head's rows (k per class, at most --max-shots)
+            shots = [train[i] for i in shot_order(list(y_tr), k, args.max_shots)]
+            _, p_fs = cache.read(decider, f"{name}/test/shots{k}", q, head_rows(spec, test),
+                                 examples=[wire_example(spec, r, n) for n, r in enumerate(shots)])
+            s = scores(p_fs, y_te, idx)
+            entry.setdefault("few_shot", {})[str(k)] = {
+                "shots": len(shots), **{m: interval(v) for m, v in s.items()}, "ece_floor": round(ece_floor(p_fs), 4),
+                "accuracy_minus_zero_shot": interval(s["accuracy"] - zero["accuracy"]),
+                "_boot": {m: v.tolist() for m, v in s.items()}}
         last = None
-        for prior in priors:
-            entry["fitted"][prior] = {}
+        for readout in heads:
+            prior, _, variant = readout.partition("+")
+            if variant == "ordinal" and spec.type != "score":
+                continue
+            entry["fitted"][readout] = {}
             for k in ks:
                 sub = np.array(first_per_class(list(y_tr), k))
                 counts = np.bincount(y_tr[sub], minlength=len(spec.options))
                 if counts.min() < 2:
-                    entry["fitted"][prior][str(k)] = {"skipped": f"a class has {int(counts.min())} rows"}
+                    entry["fitted"][readout][str(k)] = {"skipped": f"a class has {int(counts.min())} rows"}
                     continue
-                fit = fit_head(h_tr[sub], p_tr[sub], y_tr[sub], components=args.components,
-                               prior="rows" if prior == "rows" else split_prior)
-                head = FittedHead(question_type=spec.type, classes=decider.option_keys(decider.parse_question(q)),
-                                  model=decider.model_key, export_sha256=decider.export_sha256,
-                                  prompt_sha256=decider.prompt_sha256(q, own_instructions=own), own_instructions=own,
-                                  rows_sha256="-", labels=resolve_label_mode(spec.type, decider.label_mode),
-                                  mean=fit.mean, scale=fit.scale, weights=fit.weights, bias=fit.bias)
-                s = scores(head.probabilities(h_te, p_te), y_te, idx)
-                entry["fitted"][prior][str(k)] = {
-                    "rows": int(sub.size), "rows_per_class_min": int(counts.min()), "l2": fit.l2,
-                    "components": fit.components, **{m: interval(v) for m, v in s.items()},
+                if variant == "ordinal":
+                    from fit_ordinal import fit_ordinal  # a study (scipy, scikit-learn), only when asked
+
+                    predict, l2 = fit_ordinal(h_tr[sub], p_tr[sub], y_tr[sub], components=args.components)
+                    probs, extra = predict(h_te, p_te), {"l2": l2}
+                else:
+                    fit = fit_head(h_tr[sub], p_tr[sub], y_tr[sub], components=args.components,
+                                   prior="rows" if prior == "rows" else split_prior,
+                                   calibrate="temperature" if variant == "T" else "none")
+                    head = FittedHead(question_type=spec.type, classes=decider.option_keys(decider.parse_question(q)),
+                                      model=decider.model_key, export_sha256=decider.export_sha256,
+                                      prompt_sha256=decider.prompt_sha256(q, own_instructions=own),
+                                      own_instructions=own, rows_sha256="-",
+                                      labels=resolve_label_mode(spec.type, decider.label_mode),
+                                      mean=fit.mean, scale=fit.scale, weights=fit.weights, bias=fit.bias)
+                    probs = head.probabilities(h_te, p_te)
+                    extra = {"l2": fit.l2, "components": fit.components, "temperature": round(fit.temperature, 4)}
+                    last = head if last is None else last
+                s = scores(probs, y_te, idx)
+                entry["fitted"][readout][str(k)] = {
+                    "rows": int(sub.size), "rows_per_class_min": int(counts.min()), **extra,
+                    **{m: interval(v) for m, v in s.items()}, "ece_floor": round(ece_floor(probs), 4),
                     "accuracy_minus_zero_shot": interval(s["accuracy"] - zero["accuracy"]),
                     "_boot": {m: v.tolist() for m, v in s.items()}}
-                last = head
         entry["_boot_zero"] = {m: v.tolist() for m, v in zero.items()}
         if args.time_rows and last is not None:
             entry["timing"] = time_requests(decider, spec, last, test[: args.time_rows])
         entry["seconds"] = round(time.perf_counter() - t0, 1)
         results[name] = entry
         line = {f"{pr}/{k}": (v["accuracy"] if "accuracy" in v else v)
-                for pr, per_k in entry["fitted"].items() for k, v in per_k.items()}
+                for pr, per_k in [*entry["fitted"].items(), ("few-shot", entry.get("few_shot", {}))]
+                for k, v in per_k.items()}
         print(f"{name}: zero-shot acc {entry['zero_shot']['accuracy']}  fitted acc {line}  "
               f"timing {entry.get('timing')}  ({entry['seconds']} s)", flush=True)
     # the mean over sets, per readout, prior and k (each resample: the mean of the sets' resampled values)
     summary: dict[str, Any] = {"zero_shot": {}}
     for m in ("accuracy", "nll", "ece"):
         summary["zero_shot"][m] = interval(np.mean([np.array(e["_boot_zero"][m]) for e in results.values()], axis=0))
-    for prior in priors:
-        summary[prior] = {}
-        for k in map(str, ks):
-            done = [e for e in results.values() if "_boot" in e["fitted"][prior].get(k, {})]
+    cells = {r: {k: [(e["fitted"][r][k], e["_boot_zero"]) for e in results.values()
+                     if "_boot" in e["fitted"].get(r, {}).get(k, {})] for k in map(str, ks)} for r in heads}
+    cells["few_shot"] = {str(k): [(e["few_shot"][str(k)], e["_boot_zero"]) for e in results.values()] for k in shot_ks}
+    for readout, per_k in cells.items():
+        summary[readout] = {}
+        for k, done in per_k.items():
             if not done:
                 continue
-            cell = {m: interval(np.mean([np.array(e["fitted"][prior][k]["_boot"][m]) for e in done], axis=0))
+            cell = {m: interval(np.mean([np.array(c["_boot"][m]) for c, _ in done], axis=0))
                     for m in ("accuracy", "nll", "ece")}
+            cell["ece_floor"] = round(float(np.mean([c["ece_floor"] for c, _ in done])), 4)
             cell["accuracy_minus_zero_shot"] = interval(np.mean(
-                [np.array(e["fitted"][prior][k]["_boot"]["accuracy"]) - np.array(e["_boot_zero"]["accuracy"])
-                 for e in done], axis=0))
+                [np.array(c["_boot"]["accuracy"]) - np.array(z["accuracy"]) for c, z in done], axis=0))
             cell["sets"] = len(done)
-            summary[prior][k] = cell
+            summary[readout][k] = cell
+    summary["zero_shot"]["ece_floor"] = round(float(np.mean([e["zero_shot"]["ece_floor"] for e in results.values()])), 4)
     for e in results.values():  # resamples stay out of the file
         e.pop("_boot_zero", None)
-        for per_k in e["fitted"].values():
+        for per_k in [*e["fitted"].values(), e.get("few_shot", {})]:
             for f in per_k.values():
                 f.pop("_boot", None)
     ratios = [e["timing"]["ratio_fitted_over_zero_shot"] for e in results.values() if "timing" in e]

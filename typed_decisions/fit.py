@@ -13,6 +13,9 @@ p (n, C) in class order and the gold class y (n,):
               (k = min(folds, rows of the rarest class); rows read under several option orders
               stay in one fold: ``groups``)
     W       = [A_logp, A_z V]                                   the projection folded in: (C, C + H)
+    (W, b) /= T                              (calibrate="temperature": T minimises the log-loss of the
+                                              chosen regularisation's held-out CV predictions; a
+                                              regression's probabilities can be sharp or flat)
     b      += log π − log π_balanced         (prior="rows": π = the rows' class frequencies, which
                                               balanced weights had flattened; or π given: the class
                                               frequencies where the head will answer, when the rows
@@ -39,7 +42,7 @@ import numpy as np
 from .errors import InvalidRequestError
 from .fitted import LOG_FLOOR
 
-__all__ = ["HeadFit", "L2_GRID", "SKLEARN_HINT", "fit_head", "check_rows_per_class"]
+__all__ = ["HeadFit", "L2_GRID", "SKLEARN_HINT", "fit_head", "fit_temperature", "design", "check_rows_per_class"]
 
 L2_GRID = tuple(float(c) for c in np.logspace(-4, 2, 7))  # inverse regularisation strengths tried
 SKLEARN_HINT = "fitting a head needs scikit-learn: pip install 'typed-decisions-runtime[fit]'"
@@ -57,6 +60,7 @@ class HeadFit:
     components: int
     l2: float
     folds: int
+    temperature: float
     cv_accuracy: float | None
     cv_nll: float | None
     zero_shot_accuracy: float
@@ -92,15 +96,55 @@ def _log_loss(probs: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(np.log(np.clip(probs[np.arange(y.size), y], 1e-300, None))))
 
 
+def design(hidden: np.ndarray, probs: np.ndarray, components: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """μ, σ, V (d, H) and the regression's inputs x = [clip(log p), ((h − μ)/σ) Vᵀ] (n, C + d)."""
+    n = hidden.shape[0]
+    mean = hidden.mean(axis=0)
+    sd = hidden.std(axis=0)
+    scale = np.maximum(sd, 1e-6 * max(float(sd.max()), 1e-30))
+    z = (hidden - mean) / scale                                               # (n, H)
+    d = max(1, min(components, n - 1, hidden.shape[1]))
+    _, _, vt = np.linalg.svd(z, full_matrices=False)
+    v = vt[:d]                                                                # (d, H)
+    with np.errstate(divide="ignore"):
+        lp = np.maximum(np.log(probs), LOG_FLOOR)                             # (n, C)
+    return mean, scale, v, np.concatenate([lp, z @ v.T], axis=1)
+
+
+def fit_temperature(held: np.ndarray, y: np.ndarray, shift: np.ndarray) -> float:
+    """T > 0 minimising −mean log softmax(log held / T + shift)[y]: held-out probabilities of the
+    regression (their logits up to a constant), ``shift`` the prior correction the served head adds.
+
+    >>> rng = np.random.default_rng(0); logits = rng.normal(size=(4000, 3)) * 3
+    >>> y = np.array([rng.choice(3, p=q) for q in np.exp(logits / 2) / np.exp(logits / 2).sum(1, keepdims=True)])
+    >>> t = fit_temperature(np.exp(logits) / np.exp(logits).sum(1, keepdims=True), y, np.zeros(3))  # sharp by 2x
+    >>> 1.8 < t < 2.2, fit_temperature(np.full((4, 2), 0.5), np.array([0, 1, 0, 1]), np.zeros(2)) > 0
+    (True, True)
+    """
+    from scipy.optimize import minimize_scalar
+
+    with np.errstate(divide="ignore"):
+        lh = np.maximum(np.log(held), LOG_FLOOR)
+
+    def loss(log_t: float) -> float:
+        z = lh / np.exp(log_t) + shift
+        z = z - z.max(axis=1, keepdims=True)
+        return float(-np.mean(z[np.arange(y.size), y] - np.log(np.exp(z).sum(axis=1))))
+
+    return float(np.exp(minimize_scalar(loss, bounds=(-3.0, 3.0), method="bounded").x))
+
+
 def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, components: int = 256,
              class_weight: Literal["balanced", "none"] = "balanced",
              prior: Literal["rows", "uniform"] | Sequence[float] = "rows",
              folds: int = 5, l2_grid: Sequence[float] = L2_GRID, groups: Sequence[int] | None = None,
-             seed: int = 0, tol: float = 1e-6) -> HeadFit:
+             seed: int = 0, tol: float = 1e-6, calibrate: Literal["none", "temperature"] = "none") -> HeadFit:
     """Fit the head of the module docstring. ``hidden`` (n, H), ``probs`` (n, C) zero-shot
     probabilities in class order, ``gold`` (n,) class indices; every class needs >= 2 rows.
     ``groups``: rows sharing a group (one row read under several option orders) share a CV fold;
-    ``tol``: lbfgs's stopping tolerance."""
+    ``tol``: lbfgs's stopping tolerance; ``calibrate``: divide the logits by the temperature that
+    fits the held-out CV predictions best (1 without CV)."""
     t0 = time.perf_counter()
     h = np.asarray(hidden, dtype=np.float64)
     p = np.asarray(probs, dtype=np.float64)
@@ -111,21 +155,11 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
     check_rows_per_class(y, [str(i) for i in range(n_classes)])
     cw = None if class_weight == "none" else "balanced"
 
-    mean = h.mean(axis=0)
-    sd = h.std(axis=0)
-    scale = np.maximum(sd, 1e-6 * max(float(sd.max()), 1e-30))
-    z = (h - mean) / scale                                                    # (n, H)
-    d = max(1, min(components, n - 1, h.shape[1]))
-    _, _, vt = np.linalg.svd(z, full_matrices=False)
-    v = vt[:d]                                                                # (d, H)
-    with np.errstate(divide="ignore"):
-        lp = np.maximum(np.log(p), LOG_FLOOR)                                 # (n, C)
-    x = np.concatenate([lp, z @ v.T], axis=1)                                 # (n, C + d)
-
+    mean, scale, v, x = design(h, p, components)
     # the regularisation, by held-out log-loss
     counts = np.bincount(y, minlength=n_classes)
     k = int(min(folds, counts.min()))
-    best_c, cv_acc, cv_nll = float(l2_grid[len(l2_grid) // 2]), None, None
+    best_c, cv_acc, cv_nll, held_best = float(l2_grid[len(l2_grid) // 2]), None, None, None
     if k >= 2 and len(l2_grid) > 1:
         _, StratifiedKFold, StratifiedGroupKFold = _sklearn()
         if groups is not None:
@@ -140,8 +174,9 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
                     continue
                 held[test] = _regression(x[train], y[train], c, cw, seed, tol).predict_proba(x[test])
             seen = held.sum(axis=1) > 0
-            scores.append((_log_loss(held[seen], y[seen]), float(np.mean(held[seen].argmax(1) == y[seen])), c))
-        cv_nll, cv_acc, best_c = min(scores)
+            scores.append((_log_loss(held[seen], y[seen]), float(np.mean(held[seen].argmax(1) == y[seen])), c,
+                           held[seen], y[seen]))
+        cv_nll, cv_acc, best_c, *held_best = min(scores, key=lambda r: r[:3])
 
     model = _regression(x, y, best_c, cw, seed, tol)
     coef, intercept = model.coef_, model.intercept_
@@ -150,6 +185,11 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
         intercept = np.array([-intercept[0] / 2, intercept[0] / 2])
     weights = np.concatenate([coef[:, :n_classes], coef[:, n_classes:] @ v], axis=1)   # (C, C + H)
     bias = np.array(intercept, dtype=np.float64)
+    temperature = 1.0
+    if calibrate == "temperature" and held_best:
+        shift = np.log(counts / n) - np.log(1.0 / n_classes) if cw is not None else np.zeros(n_classes)
+        temperature = fit_temperature(held_best[0], held_best[1], shift)
+        weights, bias = weights / temperature, bias / temperature
     if not isinstance(prior, str):
         pi = np.asarray(prior, dtype=np.float64)
         if pi.shape != (n_classes,) or np.any(pi <= 0):
@@ -158,6 +198,7 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
         bias = bias + np.log(pi / pi.sum()) - np.log(trained)
     elif cw is not None and prior == "rows":
         bias = bias + np.log(counts / n) - np.log(1.0 / n_classes)
-    return HeadFit(mean=mean, scale=scale, weights=weights, bias=bias, components=d, l2=best_c, folds=k if k >= 2 else 0,
+    return HeadFit(mean=mean, scale=scale, weights=weights, bias=bias, components=v.shape[0], l2=best_c, folds=k if k >= 2 else 0,
+                   temperature=temperature,
                    cv_accuracy=cv_acc, cv_nll=cv_nll, zero_shot_accuracy=float(np.mean(p.argmax(1) == y)),
                    seconds=time.perf_counter() - t0)
