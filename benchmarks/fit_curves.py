@@ -126,6 +126,32 @@ def wire_example(spec: Any, row: dict[str, Any], n: int) -> dict[str, Any]:
     return {k: ({"q": next(iter(v.values()))} if k in ("answers", "instructions") else v) for k, v in ex.items()}
 
 
+def binned_ece(conf: np.ndarray, hit: np.ndarray, n_bins: int = 10) -> float:
+    """``metrics.ece`` on top-1 confidences and hits (bin b: b/B < c <= (b+1)/B, c = 0 in bin 0)."""
+    b = np.clip(np.ceil(conf * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
+    count = np.bincount(b, minlength=n_bins)
+    gap = np.abs(np.bincount(b, hit, n_bins) - np.bincount(b, conf, n_bins))  # per bin: count · |acc − conf|
+    return float(gap.sum() / max(count.sum(), 1))
+
+
+def pooled_ece(tops: list[np.ndarray], idxs: list[np.ndarray]) -> tuple[np.ndarray, float]:
+    """The ECE of all sets' test answers in one reliability diagram (tops: per set (2, n) top-1
+    confidence and hit), on each paired bootstrap resample (per set its rows idx[b]) and on all
+    rows (last), and its floor: the mean ECE when each hit is drawn with its confidence."""
+    vals = [binned_ece(np.concatenate([t[0][i[b]] for t, i in zip(tops, idxs)]),
+                       np.concatenate([t[1][i[b]] for t, i in zip(tops, idxs)])) for b in range(idxs[0].shape[0])]
+    conf = np.concatenate([t[0] for t in tops])
+    vals.append(binned_ece(conf, np.concatenate([t[1] for t in tops])))
+    rng = np.random.default_rng(1)
+    floor = float(np.mean([binned_ece(conf, (rng.random(conf.size) < conf).astype(float)) for _ in range(200)]))
+    return np.array(vals), floor
+
+
+def top1(probs: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """(2, n): each row's top-1 confidence and whether it is the gold class."""
+    return np.stack([probs.max(axis=1), (probs.argmax(axis=1) == gold).astype(float)])
+
+
 def ece_floor(probs: np.ndarray, draws: int = 200, seed: int = 1) -> float:
     """The ECE a perfectly calibrated readout with these probabilities would still show on this
     many rows: the mean ECE over gold labels drawn from the probabilities themselves. An ECE
@@ -207,7 +233,7 @@ def main() -> int:
             entry.setdefault("few_shot", {})[str(k)] = {
                 "shots": len(shots), **{m: interval(v) for m, v in s.items()}, "ece_floor": round(ece_floor(p_fs), 4),
                 "accuracy_minus_zero_shot": interval(s["accuracy"] - zero["accuracy"]),
-                "_boot": {m: v.tolist() for m, v in s.items()}}
+                "_boot": {m: v.tolist() for m, v in s.items()}, "_top": top1(p_fs, y_te)}
         last = None
         for readout in heads:
             prior, _, variant = readout.partition("+")
@@ -243,8 +269,9 @@ def main() -> int:
                     "rows": int(sub.size), "rows_per_class_min": int(counts.min()), **extra,
                     **{m: interval(v) for m, v in s.items()}, "ece_floor": round(ece_floor(probs), 4),
                     "accuracy_minus_zero_shot": interval(s["accuracy"] - zero["accuracy"]),
-                    "_boot": {m: v.tolist() for m, v in s.items()}}
+                    "_boot": {m: v.tolist() for m, v in s.items()}, "_top": top1(probs, y_te)}
         entry["_boot_zero"] = {m: v.tolist() for m, v in zero.items()}
+        entry["_top_zero"], entry["_idx"] = top1(p_te, y_te), idx
         if args.time_rows and last is not None:
             entry["timing"] = time_requests(decider, spec, last, test[: args.time_rows])
         entry["seconds"] = round(time.perf_counter() - t0, 1)
@@ -258,9 +285,9 @@ def main() -> int:
     summary: dict[str, Any] = {"zero_shot": {}}
     for m in ("accuracy", "nll", "ece"):
         summary["zero_shot"][m] = interval(np.mean([np.array(e["_boot_zero"][m]) for e in results.values()], axis=0))
-    cells = {r: {k: [(e["fitted"][r][k], e["_boot_zero"]) for e in results.values()
+    cells = {r: {k: [(e["fitted"][r][k], e) for e in results.values()
                      if "_boot" in e["fitted"].get(r, {}).get(k, {})] for k in map(str, ks)} for r in heads}
-    cells["few_shot"] = {str(k): [(e["few_shot"][str(k)], e["_boot_zero"]) for e in results.values()] for k in shot_ks}
+    cells["few_shot"] = {str(k): [(e["few_shot"][str(k)], e) for e in results.values()] for k in shot_ks}
     for readout, per_k in cells.items():
         summary[readout] = {}
         for k, done in per_k.items():
@@ -270,15 +297,21 @@ def main() -> int:
                     for m in ("accuracy", "nll", "ece")}
             cell["ece_floor"] = round(float(np.mean([c["ece_floor"] for c, _ in done])), 4)
             cell["accuracy_minus_zero_shot"] = interval(np.mean(
-                [np.array(c["_boot"]["accuracy"]) - np.array(z["accuracy"]) for c, z in done], axis=0))
+                [np.array(c["_boot"]["accuracy"]) - np.array(z["_boot_zero"]["accuracy"]) for c, z in done], axis=0))
+            pooled, floor = pooled_ece([c["_top"] for c, _ in done], [z["_idx"] for _, z in done])
+            cell["ece_pooled"], cell["ece_pooled_floor"] = interval(pooled), round(floor, 4)
             cell["sets"] = len(done)
             summary[readout][k] = cell
+    pooled, floor = pooled_ece([e["_top_zero"] for e in results.values()], [e["_idx"] for e in results.values()])
+    summary["zero_shot"]["ece_pooled"], summary["zero_shot"]["ece_pooled_floor"] = interval(pooled), round(floor, 4)
     summary["zero_shot"]["ece_floor"] = round(float(np.mean([e["zero_shot"]["ece_floor"] for e in results.values()])), 4)
     for e in results.values():  # resamples stay out of the file
-        e.pop("_boot_zero", None)
+        for key in ("_boot_zero", "_top_zero", "_idx"):
+            e.pop(key, None)
         for per_k in [*e["fitted"].values(), e.get("few_shot", {})]:
             for f in per_k.values():
                 f.pop("_boot", None)
+                f.pop("_top", None)
     ratios = [e["timing"]["ratio_fitted_over_zero_shot"] for e in results.values() if "timing" in e]
     git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     out = {"schema": 1, "tool": "fit_curves", "command": " ".join(["python", *sys.argv]), "git": git,
