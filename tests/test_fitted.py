@@ -121,6 +121,32 @@ def test_cv_picks_the_regularisation_by_held_out_log_loss_and_reports_it():
     assert fit.cv_accuracy > fit.zero_shot_accuracy + 0.2
 
 
+def test_temperature_divides_the_logits_by_the_t_that_fits_the_held_out_predictions():
+    """Oracle: the held-out CV predictions of the chosen C, recomputed here with scikit-learn's own
+    StratifiedKFold (same seed), give the temperature by a grid search over T; the calibrated head
+    is the uncalibrated one with weights and bias divided by T (prior shift added after)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    from typed_decisions.fit import design
+
+    hidden, probs, y = _data(n_per_class=20, h=3, seed=3)  # overlapping classes: an interior T
+    plain = fit_head(hidden, probs, y, prior="uniform", l2_grid=(10.0,), folds=5, tol=1e-10)
+    cal = fit_head(hidden, probs, y, prior="uniform", l2_grid=(10.0,), folds=5, tol=1e-10, calibrate="temperature")
+    assert plain.temperature == 1.0 and cal.temperature != 1.0
+    assert np.allclose(cal.weights, plain.weights / cal.temperature, atol=1e-12)
+    assert np.allclose(cal.bias, plain.bias / cal.temperature, atol=1e-12)
+    _, _, _, x = design(hidden, probs, 256)
+    held = np.zeros((y.size, 3))
+    for tr, te in StratifiedKFold(5, shuffle=True, random_state=0).split(x, y):
+        held[te] = LogisticRegression(C=10.0, class_weight="balanced", tol=1e-10, max_iter=10000).fit(
+            x[tr], y[tr]).predict_proba(x[te])
+    grid = np.exp(np.linspace(-3, 3, 6001))
+    nll = [-np.mean(np.log(np.exp(np.log(held) / t)[np.arange(y.size), y] / np.exp(np.log(held) / t).sum(1)))
+           for t in grid]
+    assert abs(cal.temperature - grid[int(np.argmin(nll))]) < 2e-3 * cal.temperature
+
+
 def test_too_few_rows_of_a_class_are_refused_by_name():
     with pytest.raises(InvalidRequestError, match=r"'b' \(1\)") as e:
         check_rows_per_class([0, 0, 1, 2, 2], ["a", "b", "c"])

@@ -323,14 +323,16 @@ class Decider:
             rotations: int = 1, label_mode: LabelMode | None = None, debias: Debias | None = None,
             examples: Sequence[Example | Mapping[str, Any]] | None = None, components: int = 256,
             class_weight: str = "balanced", prior: str | Sequence[float] = "rows", folds: int = 5, batch: int = 16,
-            progress: bool = False, command: str = "") -> FittedHead:
+            calibrate: str = "none", progress: bool = False, command: str = "") -> FittedHead:
         """Fit a head for ``question`` on labelled ``rows`` ``{"state", "answer", "instructions"?}``
         (``answer``: an option key — choice: its name; score: a level number; noul: yes/no or a
         bool; ``instructions``: the row's own question text). Each row is read once (``features``);
         choice rows under ``rotations`` cyclic option orders, so the head learns the options, not
         their places. ``prior``: the class frequencies the head assumes where it answers — "rows" (the
         rows' own), "uniform", or one frequency per option (when the rows were not sampled as the
-        answers occur, e.g. k per class). Needs scikit-learn (``fit.py``); errors name the row and field."""
+        answers occur, e.g. k per class); ``calibrate="temperature"`` divides the head's logits by the
+        temperature that fits its cross-validated predictions. Needs scikit-learn (``fit.py``); errors
+        name the row and field."""
         q = self.parse_question(question)
         classes = self.option_keys(q)
         gold = [self._row_answer(row, i, classes) for i, row in enumerate(rows)]
@@ -342,7 +344,8 @@ class Decider:
                                               examples=examples, batch=batch, progress=progress)
         y = np.repeat(np.asarray(gold), n_orders)
         result = fit_head(hidden, probs, y, components=components, class_weight=class_weight,  # type: ignore[arg-type]
-                          prior=prior, folds=folds, groups=groups if n_orders > 1 else None)  # type: ignore[arg-type]
+                          prior=prior, folds=folds, groups=groups if n_orders > 1 else None,  # type: ignore[arg-type]
+                          calibrate=calibrate)  # type: ignore[arg-type]
         mode, deb = label_mode or self.label_mode, debias or self.debias
         own = any(row.get("instructions") is not None for row in rows)
         counts = np.bincount(np.asarray(gold), minlength=len(classes))
@@ -351,7 +354,7 @@ class Decider:
                            cv_accuracy=result.cv_accuracy, cv_nll=result.cv_nll,
                            zero_shot_cv_accuracy=result.zero_shot_accuracy, rotations=n_orders,
                            class_weight=class_weight, prior=prior if isinstance(prior, str) else [float(x) for x in prior],  # type: ignore[arg-type]
-                           seconds=round(result.seconds, 3),
+                           temperature=round(result.temperature, 6), seconds=round(result.seconds, 3),
                            date=time.strftime("%Y-%m-%d"), command=command)
         return FittedHead(
             question_type=q.type, classes=classes, model=self.model_key, export_sha256=self.export_sha256,

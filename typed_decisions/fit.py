@@ -160,7 +160,7 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
     counts = np.bincount(y, minlength=n_classes)
     k = int(min(folds, counts.min()))
     best_c, cv_acc, cv_nll, held_best = float(l2_grid[len(l2_grid) // 2]), None, None, None
-    if k >= 2 and len(l2_grid) > 1:
+    if k >= 2 and (len(l2_grid) > 1 or calibrate == "temperature"):
         _, StratifiedKFold, StratifiedGroupKFold = _sklearn()
         if groups is not None:
             splits = list(StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed).split(x, y, groups))

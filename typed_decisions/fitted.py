@@ -97,6 +97,8 @@ class FitReport(BaseModel):
     class_weight: Literal["balanced", "none"] = "balanced"
     prior: Literal["rows", "uniform"] | list[float] = Field(
         "rows", description="the class prior put into the bias: the rows' frequencies, uniform, or given")
+    temperature: float = Field(1.0, gt=0, description="the logits were divided by it (fit calibrate='temperature': "
+                                                      "fitted on the cross-validated predictions; 1: not calibrated)")
     seconds: float | None = None
     date: str = ""
     command: str = ""

@@ -120,6 +120,8 @@ def main_fit(argv: list[str]) -> int:
     p.add_argument("--components", type=int, default=256, help="PCA dimensions of the hidden state (default 256)")
     p.add_argument("--prior", default="rows", help="class prior of the head: 'rows' (the rows' frequencies, default), "
                                                    "'uniform', or one frequency per option, comma-separated, in option order")
+    p.add_argument("--calibrate", choices=["none", "temperature"], default="none",
+                   help="temperature: divide the head's logits by the temperature its cross-validated predictions fit")
     p.add_argument("--labels", choices=LABEL_MODES, default="auto")
     p.add_argument("--wording", choices=list(WORDINGS), default="default")
     p.add_argument("--threads", type=int, default=None)
@@ -148,7 +150,7 @@ def main_fit(argv: list[str]) -> int:
             raise InvalidRequestError(f"--prior: {len(spec.options)} frequencies > 0 (one per option: "
                                       f"{', '.join(spec.option_names)}), got {args.prior!r}")
     head = fit_spec(decider, spec, rows, rotations=args.rotations, components=args.components, prior=prior,
-                    examples=examples, progress=not args.quiet, command=command)
+                    calibrate=args.calibrate, examples=examples, progress=not args.quiet, command=command)
     out = with_head(preset, head, bump=bump)
     args.out.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     f = head.fitted
