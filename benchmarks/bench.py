@@ -96,8 +96,9 @@ def resolve_model(arg: str) -> tuple[Path, Path | None, Path | None]:
         if found:
             fp32 = (with_int8 or found)[0]
         else:
-            from typed_decisions.models import pull
             from typed_decisions_export import export_model
+
+            from typed_decisions.models import pull
 
             fp32 = exports / spec.name
             export_model(pull(spec.name), fp32, name=spec.name)
@@ -261,8 +262,9 @@ def run_w5(args: argparse.Namespace, export_dir: Path, dtype: str, mode: str, to
     (a SIGTERM to this script included). Latency: per request (client side for HTTP);
     throughput: N / wall time of the phase."""
     import httpx
-    from benchmarks import load as load_bench  # the server subprocess, the clients, the comparison
 
+    # load.py: the server subprocess, the clients, the comparison
+    from benchmarks import load as load_bench
     from typed_decisions.decider import Decider
 
     clients, per = args.w5_clients, args.w5_requests

@@ -12,7 +12,17 @@ import threading
 import time
 
 from benchmarks.invariance import (  # noqa: F401  (the probe, shared with the benchmarks)
-    OTHER, QUESTIONS, A, B, C, begin_alike, deviations, http_answers, request, vector)
+    OTHER,
+    QUESTIONS,
+    A,
+    B,
+    C,
+    begin_alike,
+    deviations,
+    http_answers,
+    request,
+    vector,
+)
 from typed_decisions.decider import Decider
 
 TOL = 1e-5

@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from typed_decisions.artifacts import load_artifacts
     from typed_decisions.compiler import Compiler
-    from typed_decisions.evaluation.datasets import load_dataset
     from typed_decisions.decider import parse_request
+    from typed_decisions.evaluation.datasets import load_dataset
     from typed_decisions.tokenization import ChatTemplate, TextTokenizer
 
     art = load_artifacts(args.export, verify=False)

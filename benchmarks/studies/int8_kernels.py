@@ -19,7 +19,6 @@ the same process. It prints the CPU's ISA flags beside the numbers.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 

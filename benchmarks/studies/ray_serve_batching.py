@@ -25,7 +25,6 @@ process; the run fails (exit 1) when any probability differs by more than ``--ma
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
