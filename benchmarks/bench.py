@@ -8,7 +8,7 @@ Peers (every one gets exactly the token ids our compiler builds):
   same chain rule (``readout.option_probabilities``). Also the oracle: its probabilities are
   compared with ours (``max_abs_dp``).
 - ``free_text``: transformers greedy generation of each question's answer (names prompt), parsed
-  (``free_text_baseline.generate_text`` / ``parse_answer``).
+  (``peers/free_text.py``: ``generate_text`` / ``parse_answer``).
 - ``llama_cpp``: llama-cpp-python on the GGUF (Q4_K_M weights), logits of the allowed tokens after
   each context, re-using its own KV for the common prefix with the previous context (as its
   ``generate`` does). Only if ``import llama_cpp`` works.
@@ -30,11 +30,14 @@ GEMMs on the benchmark's threads), prefill GFLOP/s = 2·params·tokens/time (par
 matmul weights, no embedding; attention score FLOPs not counted), ORT op types by time for the
 INT8 (and fp32) prefill (session profiling), peak RSS per phase, the load average.
 
-    python benchmarks/bench.py --model tiny --trials 5
-    python benchmarks/bench.py --model default --trials 3 --out benchmarks/results/default.json
-    python benchmarks/bench.py --model tiny --workloads W5 --peers ours --w5-clients 16 --w5-requests 4
+    python -m benchmarks.bench --model tiny --trials 5
+    python -m benchmarks.bench --model default --trials 3          # results/bench/<model>-<cpuclass>-<date>.json
+    python -m benchmarks.bench --model tiny --workloads W5 --peers ours --w5-clients 16 --w5-requests 4
 
-The last line printed is one JSON object of ratios (peer median / ours median; > 1 = ours faster).
+Peers live in ``peers/``, the requests in ``workloads.py``, timing and the result writer in
+``harness.py``. The result file is written after every measurement (``"partial": true`` until the
+run ends). The last line printed is one JSON object of ratios (peer median / ours median; > 1 =
+ours faster).
 """
 
 from __future__ import annotations
@@ -55,122 +58,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from tqdm import tqdm
 
-from typed_decisions.cpu import describe as cpu_describe
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from free_text_baseline import generate_text, load_torch_model, parse_answer  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
-
-# --------------------------------------------------------------------------- measuring
-
-
-class RssSampler:
-    """Peak resident memory per phase, sampled every 10 ms from /proc/self/statm.
-
-    >>> s = RssSampler(); s.phase("x"); s.stop(); s.peaks["x"] > 0
-    True
-    """
-
-    def __init__(self) -> None:
-        self.page = os.sysconf("SC_PAGE_SIZE")
-        self.current = "setup"
-        self.peaks: dict[str, int] = defaultdict(int)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def rss(self) -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * self.page
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.01):
-            r = self.rss()
-            if r > self.peaks[self.current]:
-                self.peaks[self.current] = r
-
-    def phase(self, name: str) -> None:
-        self.current = name
-        self.peaks[name] = max(self.peaks[name], self.rss())
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def summarize(times: list[float]) -> dict[str, float]:
-    """Median, p95 (linear interpolation), min of latencies in seconds.
-
-    >>> summarize([1.0, 2.0, 3.0])["median_s"]
-    2.0
-    """
-    a = np.asarray(times)
-    return {"median_s": float(np.median(a)), "p95_s": float(np.percentile(a, 95)), "min_s": float(a.min()),
-            "trials": len(times)}
-
-
-def timed(fn: Callable[[], Any], trials: int, desc: str, before: Callable[[], Any] | None = None,
-          warmup: int = 1) -> tuple[list[float], Any]:
-    """Run ``fn`` ``warmup`` times untimed, then ``trials`` timed; ``before`` runs untimed each time."""
-    out = None
-    for _ in range(warmup):
-        if before:
-            before()
-        out = fn()
-    times = []
-    for _ in tqdm(range(trials), desc=desc, leave=False, file=sys.stderr):
-        if before:
-            before()
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return times, out
-
-
-def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, before: dict[str, Callable[[], Any]] | None = None,
-                warmup: int = 1) -> tuple[dict[str, list[float]], dict[str, Any]]:
-    """Time every system once per round, in turn, the order reversed every other round; ``before[s]``
-    runs untimed before each call of ``s``. A machine whose speed drifts during a run (by ~30 % within
-    minutes on one of this project's machines) then slows every system alike, and round i compares
-    calls made seconds apart. Returns (times per system, each system's last output).
-
-    >>> calls = []
-    >>> times, _ = interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3, warmup=0)
-    >>> calls, [len(t) for t in times.values()]
-    (['a', 'b', 'b', 'a', 'a', 'b'], [3, 3])
-    """
-    before = before or {}
-    names = list(fns)
-    out: dict[str, Any] = {}
-    for _ in range(warmup):
-        for name in names:
-            if name in before:
-                before[name]()
-            out[name] = fns[name]()
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in tqdm(range(rounds), desc="interleaved " + " / ".join(names), leave=False, file=sys.stderr):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            if name in before:
-                before[name]()
-            t0 = time.perf_counter()
-            out[name] = fns[name]()
-            times[name].append(time.perf_counter() - t0)
-    return times, out
-
-
-def round_ratios(peer: list[float], ours: list[float]) -> list[float]:
-    """Per round, the peer's time over ours (> 1: ours faster).
-
-    >>> round_ratios([2.0, 3.0, 4.5], [1.0, 2.0, 3.0])
-    [2.0, 1.5, 1.5]
-    """
-    if len(peer) != len(ours):
-        raise ValueError(f"{len(peer)} peer rounds vs {len(ours)} of ours")
-    return [p / o for p, o in zip(peer, ours)]
-
+from benchmarks import harness
+from benchmarks.harness import RssSampler, interleaved, round_ratios, summarize, timed
+from benchmarks.peers.free_text import generate_text, load_torch_model, parse_answer
+from benchmarks.peers.llama_cpp import LlamaCpp, import_llama_cpp
+from benchmarks.peers.reference import Reference, probabilities_from, readout_plan
+from benchmarks.workloads import w5_requests, warm_request, workloads
 
 # --------------------------------------------------------------------------- model files
 
@@ -202,8 +96,9 @@ def resolve_model(arg: str) -> tuple[Path, Path | None, Path | None]:
         if found:
             fp32 = (with_int8 or found)[0]
         else:
-            from typed_decisions.models import pull
             from typed_decisions_export import export_model
+
+            from typed_decisions.models import pull
 
             fp32 = exports / spec.name
             export_model(pull(spec.name), fp32, name=spec.name)
@@ -243,89 +138,6 @@ def backbone_params(onnx_path: Path, vocab: int) -> int:
 
     m = onnx.load(str(onnx_path), load_external_data=False)
     return sum(int(np.prod(t.dims)) for t in m.graph.initializer if len(t.dims) == 2 and vocab not in t.dims)
-
-
-# --------------------------------------------------------------------------- workloads
-
-SENTENCES = [
-    "Hi, I was billed twice this month for the Pro plan, two charges of $29 on March 3.",
-    "Please refund the duplicate charge as soon as possible, I am on a tight budget.",
-    "I also noticed that the invoice PDF for February is missing from the billing page.",
-    "When I try to download it the page shows an error and then logs me out.",
-    "My team of five uses the dashboard every day to track support tickets.",
-    "We upgraded from the Basic plan in January because we needed the export feature.",
-    "The export to CSV works, but the date column is in the wrong time zone.",
-    "Last week the mobile app crashed twice while I was editing a ticket.",
-    "I contacted support by chat on Monday but nobody answered after twenty minutes.",
-    "Our contract renewal is next month and we are considering other vendors.",
-    "If the refund is not processed by Friday I will have to dispute the charge with my bank.",
-    "Could you also confirm whether the annual plan includes priority support?",
-    "The password reset email arrived only after three attempts.",
-    "Thanks for your help, and sorry for the long message. Best regards, Dana",
-]
-
-AREAS = ["billing", "technical", "sales", "security", "legal", "shipping", "accounts", "mobile",
-         "api", "onboarding", "partners", "privacy", "hardware", "network", "reporting", "training",
-         "marketing", "compliance", "procurement", "facilities"]
-ASPECTS = ["refunds", "outages", "upgrades", "access", "contracts", "delays", "invoices", "crashes",
-           "limits", "questions"]
-
-
-def make_state(tok: Any, n_tokens: int, first: int = 0, head: str = "") -> str:
-    """A support ticket of about ``n_tokens`` tokens: ``head``, then the sentences cycled from
-    ``first`` until the count is reached."""
-    text, i = head, first
-    while len(tok.encode_plain(text)) < n_tokens:
-        text += ("" if not text else " ") + SENTENCES[i % len(SENTENCES)]
-        i += 1
-    return text
-
-
-def workloads(tok: Any) -> dict[str, dict[str, Any]]:
-    """Wire-format requests per workload."""
-    s100, s300 = make_state(tok, 100), make_state(tok, 300)
-    team5 = {"billing": "Payments, invoices, refunds", "technical": "Bugs, errors, outages",
-             "sales": "Pricing, upgrades, contracts", "security": "Accounts, passwords, access",
-             "other": "Anything else"}
-    noul = {"type": "noul", "instructions": "Does the customer ask for money back?"}
-    score = {"type": "score", "instructions": "How urgent is this ticket?",
-             "criteria": ["Can wait", "This month", "This week", "Today", "Right now"]}
-    names200 = [f"{a} {b}" for a in AREAS for b in ASPECTS]
-    choice = lambda names: {"type": "choice", "instructions": "Which queue should handle this ticket?",  # noqa: E731
-                            "criteria": {n: None for n in names}}
-    req = lambda state, qs: {"model": "bench", "state": state, "questions": qs}  # noqa: E731
-    return {
-        "W1": req(s100, {"refund": noul}),
-        "W2": req(s300, {"team": {"type": "choice", "instructions": "Which team should handle this ticket?",
-                                  "criteria": team5}, "refund": noul, "urgency": score}),
-        "W3": req(s300, {"queue": choice(AREAS)}),
-        "W4": req(s300, {"queue": choice(names200)}),
-        "W4-5": req(s300, {"queue": choice(names200[::40])}),
-    }
-
-
-def w5_requests(tok: Any, model: str, n: int) -> list[dict[str, Any]]:
-    """W5's ``n`` requests: W2's three questions, each about a different ~300-token ticket.
-
-    Request ``k``'s state is ``"Ticket #<k+1>."`` followed by the ticket sentences starting at
-    sentence ``k mod 14``: all ``n`` states differ within their first tokens, so neither the
-    cross-request prefix cache nor the batch's shared-prefix step can reuse one request's state
-    for another (only the chat template before the state is shared, as for any two tickets).
-
-    >>> class Tok:  # one token per word
-    ...     def encode_plain(self, text): return text.split()
-    >>> [r["state"][:24] for r in w5_requests(Tok(), "m", 2)]
-    ['Ticket #1. Hi, I was bil', 'Ticket #2. Please refund']
-    """
-    w2 = workloads(tok)["W2"]
-    return [{**w2, "model": model, "state": make_state(tok, 300, first=k, head=f"Ticket #{k + 1}.")}
-            for k in range(n)]
-
-
-def warm_request(request: dict[str, Any]) -> dict[str, Any]:
-    """An earlier request about the same state with another question (what warms the cache)."""
-    return {"model": "bench", "state": request["state"],
-            "questions": {"seen": {"type": "noul", "instructions": "Is this state about a customer?"}}}
 
 
 # --------------------------------------------------------------------------- peaks and profiles
@@ -424,113 +236,6 @@ def profile_prefill(export_dir: Path, ids: list[int], threads: int) -> dict[str,
                                  for k in ops[:12]]}
 
 
-# --------------------------------------------------------------------------- peers
-
-
-def readout_plan(comp: Any) -> Any:
-    """The contexts, allowed ids and trie nodes of one compiled request: ``Decider``'s own plan
-    (``readout_plan.plan_readout``), so every peer reads exactly what ours reads."""
-    from typed_decisions.readout_plan import plan_readout
-
-    return plan_readout([comp])
-
-
-def probabilities_from(plan: Any, logits: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Option probabilities per question from a peer's logits (one per context of ``plan``)."""
-    return {r.question.name: r.probabilities() for r in plan.readouts(logits)[0]}
-
-
-class Reference:
-    """transformers, every context a full prompt, left-padded batches of ≤ ``batch_tokens`` tokens."""
-
-    def __init__(self, model: Any, batch_tokens: int = 4096):
-        import torch
-
-        self.torch, self.model = torch, model
-        self.w = model.get_output_embeddings().weight.detach()              # (vocab, H)
-        self.pad = int(model.config.pad_token_id or 0) if hasattr(model.config, "pad_token_id") else 0
-        self.batch_tokens = batch_tokens
-
-    def cost(self, contexts: list[tuple[int, ...]]) -> int:
-        return len(contexts) * max(len(c) for c in contexts)
-
-    def logits(self, contexts: list[tuple[int, ...]], allowed: list[tuple[int, ...]]) -> tuple[list[np.ndarray], int]:
-        torch = self.torch
-        order = sorted(range(len(contexts)), key=lambda i: len(contexts[i]))
-        out: list[np.ndarray | None] = [None] * len(contexts)
-        computed, start = 0, 0
-        while start < len(order):
-            end = start + 1
-            while end < len(order) and (end + 1 - start) * len(contexts[order[end]]) <= self.batch_tokens:
-                end += 1
-            rows = order[start:end]
-            s = max(len(contexts[i]) for i in rows)
-            ids = torch.full((len(rows), s), self.pad, dtype=torch.long)                  # (B, S) left-padded
-            mask = torch.zeros((len(rows), s), dtype=torch.long)
-            for b, i in enumerate(rows):
-                ids[b, s - len(contexts[i]):] = torch.tensor(contexts[i])
-                mask[b, s - len(contexts[i]):] = 1
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)                                       # (B, S)
-            with torch.no_grad():
-                h = self.model.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                     use_cache=False).last_hidden_state[:, -1]             # (B, H)
-                for b, i in enumerate(rows):
-                    out[i] = (self.w[list(allowed[i])].double() @ h[b].double()).numpy()
-            computed += len(rows) * s
-            start = end
-        return out, computed  # type: ignore[return-value]
-
-
-class LlamaCpp:
-    """llama-cpp-python on the GGUF: each context's logits of the allowed tokens.
-
-    ``reuse=True`` keeps the KV of the longest common prefix with the previous context and
-    evaluates only the rest (what llama.cpp's own prompt cache does: one prefill of the state,
-    then a short branch per question suffix and label node); ``reuse=False`` evaluates every
-    context from scratch. The logits are read with ``llama_get_logits_ith(ctx, -1)`` (the last
-    token of the last ``eval``): ``Llama.scores`` is filled only with ``logits_all=True``, and
-    reading it otherwise compares against an unfilled buffer."""
-
-    def __init__(self, gguf: Path, threads: int, n_ctx: int):
-        import llama_cpp
-
-        self.llama_cpp = llama_cpp
-        self.llm = llama_cpp.Llama(model_path=str(gguf), n_threads=threads, n_threads_batch=threads,
-                                   n_ctx=n_ctx, n_batch=512, logits_all=False, verbose=False)
-        self.version = llama_cpp.__version__
-        self.n_vocab = self.llm.n_vocab()
-
-    def _last_logits(self) -> np.ndarray:
-        """The logits of the last evaluated token, (n_vocab,) float64 (a copy)."""
-        ptr = self.llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1)
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float64)
-
-    def _truncate(self, n: int) -> None:
-        """Forget every token from position ``n`` on (its KV and the Python-side token count)."""
-        llm = self.llm
-        llm.n_tokens = n
-        ctx = llm._ctx
-        for name in ("memory_seq_rm", "kv_cache_seq_rm"):  # renamed in llama.cpp's memory API
-            if hasattr(ctx, name):
-                getattr(ctx, name)(-1, n, -1)
-                return
-        raise RuntimeError("this llama-cpp-python has no memory_seq_rm / kv_cache_seq_rm")
-
-    def logits(self, contexts: list[tuple[int, ...]], allowed: list[tuple[int, ...]], reuse: bool
-               ) -> tuple[list[np.ndarray], int]:
-        llm, out, computed = self.llm, [], 0
-        for c, a in zip(contexts, allowed):
-            have = list(llm.input_ids[: llm.n_tokens]) if reuse else []
-            n = 0
-            while n < min(len(have), len(c) - 1) and have[n] == c[n]:
-                n += 1
-            self._truncate(n)
-            llm.eval(list(c[n:]))
-            computed += len(c) - n
-            out.append(self._last_logits()[list(a)])
-        return out, computed
-
-
 # --------------------------------------------------------------------------- W5
 
 W5_TIMEOUT_S = 600  # per HTTP request
@@ -557,8 +262,9 @@ def run_w5(args: argparse.Namespace, export_dir: Path, dtype: str, mode: str, to
     (a SIGTERM to this script included). Latency: per request (client side for HTTP);
     throughput: N / wall time of the phase."""
     import httpx
-    import load as load_bench  # benchmarks/load.py: the server subprocess, the clients, the comparison
 
+    # load.py: the server subprocess, the clients, the comparison
+    from benchmarks import load as load_bench
     from typed_decisions.decider import Decider
 
     clients, per = args.w5_clients, args.w5_requests
@@ -570,11 +276,11 @@ def run_w5(args: argparse.Namespace, export_dir: Path, dtype: str, mode: str, to
               "requests_per_client": per, "requests": n}
     W5 = R.setdefault("W5", {})
 
-    dec = Decider.from_dir(export_dir, label_mode=mode, threads=args.threads)
+    dec = Decider.load(export_dir, label_mode=mode, threads=args.threads)
     dec.run(warm)
     latency, expected = [], []
     t0 = time.perf_counter()
-    for r in tqdm(reqs, desc=f"W5 sequential {dtype} {mode}", leave=False, file=sys.stderr):
+    for r in harness._progress(reqs, f"W5 sequential {dtype} {mode}"):
         t = time.perf_counter()
         body = dec.run(r).model_dump(mode="json")
         latency.append(time.perf_counter() - t)
@@ -619,7 +325,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="tiny", help="catalogue name (tiny, default, ...) or an export directory")
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--workloads", default="W1,W2,W3,W4,W5")
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--peers", default="ours,reference,free_text,llama_cpp")
     p.add_argument("--ours", default="fp32,int8", help="dtypes of ours to run")
     p.add_argument("--modes", default="names,letters")
@@ -637,7 +342,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--profile", default="int8,fp32", help="dtypes whose prefill is profiled (or 'none')")
     p.add_argument("--llama-site", default="/tmp/llvenv/lib/python3.11/site-packages",
-                   help="extra site-packages holding llama_cpp (a throwaway venv), appended to sys.path")
+                   help="site-packages of a throwaway venv holding llama_cpp, imported from there when this "
+                        "interpreter has none (peers/llama_cpp.py: import_llama_cpp)")
     p.add_argument("--llama-max-dp", type=float, default=0.1,
                    help="largest |p_llama.cpp - p_ours fp32| accepted (quantized vs de-quantized weights; "
                         "measured 0.005-0.03 on the default model); above it the run fails")
@@ -654,8 +360,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="W5: largest difference of a number in an HTTP answer from the in-process one")
     p.add_argument("--int8-dir", type=Path, default=None,
                    help="INT8 export to run as ours int8 (default: <fp32 export>-int8, made when missing)")
-    p.add_argument("--out", type=Path, default=None)
-    return p
+    return harness.common_args(p)
 
 
 @dataclass
@@ -664,6 +369,7 @@ class Run:
     results so far (written after every measurement, so a killed run leaves a partial file)."""
 
     args: argparse.Namespace
+    argv: list[str] | None
     res: dict[str, Any]
     out: Path
     rss: RssSampler
@@ -685,8 +391,13 @@ class Run:
     def w5_dtype(self) -> str:
         return self.args.w5_dtype or self.args.ours.split(",")[0]
 
+    def save(self, **extra: Any) -> None:
+        """The result file as it stands (harness.write_result; the machine record ends now)."""
+        harness.write_result("bench", self.res["model"], self.res, command=harness.command("benchmarks.bench", self.argv),
+                             out=self.out, load_avg_start=tuple(self.res["load_avg_start"]), **extra)
+
     def save_partial(self) -> None:
-        self.out.write_text(json.dumps({**self.res, "partial": True}, indent=1, default=float) + "\n")
+        self.save(partial=True)
 
     def record(self, system: str, wl: str, times: list[float], **extra: Any) -> None:
         self.res["results"].setdefault(wl, {})[system] = {**summarize(times), **extra}
@@ -704,7 +415,7 @@ class Run:
         return max(float(np.abs(probs[k] - ours[k]).max()) for k in probs) if ours else None
 
 
-def start_run(args: argparse.Namespace) -> Run:
+def start_run(args: argparse.Namespace, argv: list[str] | None = None) -> Run:
     """Resolve (and if needed quantize) the model, build the workloads, measure the matmul peaks."""
     from typed_decisions.artifacts import load_artifacts
     from typed_decisions.tokenization import TextTokenizer
@@ -732,8 +443,7 @@ def start_run(args: argparse.Namespace) -> Run:
         "model": art.name, "fp32_dir": str(fp32_dir), "int8_dir": str(int8_dir) if int8_dir else None,
         "gguf": str(gguf) if gguf else None, "backbone_params": params, "threads": args.threads,
         "trials": args.trials, "peer_trials": args.peer_trials or args.trials,
-        "cpu": cpu_describe(),  # class (avx2, avx512-vnni, amx), model, ISA flags: every number depends on it
-        "nproc": os.cpu_count(), "load_avg_start": os.getloadavg(), "results": {}, "skipped": {},
+        "load_avg_start": os.getloadavg(), "results": {}, "skipped": {},
     }
     print(f"model {art.name}: {params / 1e6:.1f} M backbone matmul params; fp32 {fp32_dir}; int8 {int8_dir}; "
           f"gguf {gguf}; load {os.getloadavg()}", file=sys.stderr)
@@ -743,9 +453,8 @@ def start_run(args: argparse.Namespace) -> Run:
         rss.phase("matmul_peaks")
         res["matmul_peaks_gflops"] = matmul_peaks(args.threads)
         print("matmul peaks GFLOP/s", res["matmul_peaks_gflops"], file=sys.stderr)
-    out = args.out or RESULTS / f"{art.name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Run(args=args, res=res, out=out, rss=rss, tok=tok, params=params, fp32_dir=fp32_dir,
+    out = args.out or harness.result_path("bench", art.name)
+    return Run(args=args, argv=argv, res=res, out=out, rss=rss, tok=tok, params=params, fp32_dir=fp32_dir,
                int8_dir=int8_dir, gguf=gguf, wl_names=wl_names, reqs=reqs)
 
 
@@ -761,7 +470,7 @@ def run_ours(run: Run) -> None:
                                  for k in args.packed.split(",")]:
         d = run.fp32_dir if dtype == "fp32" else run.int8_dir
         run.rss.phase(f"ours_{dtype}")
-        dec = Decider.from_dir(d, label_mode=mode, threads=args.threads,
+        dec = Decider.load(d, label_mode=mode, threads=args.threads,
                                packed={"auto": None, "off": False, "on": True}[packing])
         eng = dec.engine
         run.res.setdefault("packed", {})[f"{dtype}{suffix[packing]}"] = {"packed": eng.packed,
@@ -897,10 +606,8 @@ def run_transformers_peers(run: Run, peers: set[str], mode: str) -> None:
 def _llama_cpp(run: Run, system: str) -> LlamaCpp | None:
     """llama.cpp on the run's GGUF with a context for the longest readout context, or None (and why,
     under ``skipped[system]``) when llama_cpp does not import or there is no GGUF."""
-    if run.args.llama_site and Path(run.args.llama_site).is_dir() and run.args.llama_site not in sys.path:
-        sys.path.append(run.args.llama_site)
     try:
-        import llama_cpp  # noqa: F401
+        import_llama_cpp(run.args.llama_site)
     except Exception as e:  # ImportError, or a broken shared library
         run.res["skipped"][system] = f"import llama_cpp failed: {type(e).__name__}: {e}"
         return None
@@ -964,7 +671,7 @@ def run_interleaved(run: Run, mode: str) -> None:
     if lc is None:
         return
     peer = "llama_cpp_prefix-reuse"
-    decs = {dtype: Decider.from_dir(run.fp32_dir if dtype == "fp32" else run.int8_dir, label_mode=mode,
+    decs = {dtype: Decider.load(run.fp32_dir if dtype == "fp32" else run.int8_dir, label_mode=mode,
                                     threads=run.args.threads) for dtype in run.args.ours.split(",")}
     for dec in decs.values():
         dec.run(workloads(run.tok)["W1"], label_mode=mode)  # first-run allocations, untimed
@@ -998,7 +705,7 @@ def finish(run: Run, mode: str, t_start: float) -> None:
     res["load_avg_end"] = os.getloadavg()
     res["wall_s"] = round(time.time() - t_start, 1)
     res["ratios"] = ratios(res, mode)
-    run.out.write_text(json.dumps(res, indent=1, default=float) + "\n")
+    run.save()
     print_table(res)
     print(json.dumps(res["ratios"], separators=(",", ":")))
 
@@ -1007,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.time()
     args = _parser().parse_args(argv)
     peers = set(args.peers.split(","))
-    run = start_run(args)
+    run = start_run(args, argv)
     if "ours" in peers and run.reqs:
         run_ours(run)
         run_profiles(run)

@@ -19,11 +19,12 @@ Latency is per request, client side (send to full body). Throughput = requests /
 step 3. The 1-minute load average is recorded before and after each run: on a shared machine
 it says how much of the numbers belongs to other jobs.
 
-    python benchmarks/load.py                                  # the tiny test export, 16 × 200
-    python benchmarks/load.py --model DIR --clients 16 --requests 20
+    python -m benchmarks.load                                  # the tiny test export, 16 × 200
+    python -m benchmarks.load --model DIR --clients 16 --requests 20
 
-The last line printed is one JSON object; it is also written to
-``benchmarks/results/load-<model directory name>.json``. Only loopback traffic.
+The last line printed is one JSON object; it is also written (``--out``, default
+``benchmarks/results/load/<model>-<cpuclass>-<date>.json``, harness.py's schema). Only loopback
+traffic.
 
 ``benchmarks/bench.py``'s workload W5 reuses this module: ``Server`` (the subprocess, always
 stopped), ``concurrent_clients`` (the clients and the comparison of every answer) and ``summary``.
@@ -35,7 +36,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import signal
@@ -52,7 +52,8 @@ from typing import Any
 
 import httpx
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks import harness
+
 EXPORTS = Path.home() / ".cache" / "typed-decisions" / "exports"
 
 TICKETS = [
@@ -353,14 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", type=Path, default=None, help="exported model directory (default: the tiny test export)")
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--requests", type=int, default=200, help="requests per client")
-    p.add_argument("--threads", type=int, default=2, help="ONNX Runtime threads of the server")
+    harness.common_args(p, out=False)
     p.add_argument("--atol", type=float, default=1e-5)
     p.add_argument("--timeout", type=float, default=600, help="per-request timeout, seconds")
     p.add_argument("--only", choices=["batched", "unbatched"], default=None)
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None, help="result file (default: harness.result_path)")
     args = p.parse_args(argv)
     model = (args.model or default_model()).resolve()
-    RESULTS.mkdir(exist_ok=True)
+    load_start = os.getloadavg()
     runs = [run_config(name, model, threads=args.threads, max_batch=b, max_wait_ms=w, clients=args.clients,
                        per_client=args.requests, atol=args.atol, timeout_s=args.timeout)
             for name, b, w in CONFIGS if args.only in (None, name)]
@@ -370,15 +371,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         del r["sequential_answers"]
     result = {
-        "model": model.name, "machine": platform.machine(), "cpus": os.cpu_count(),
-        "command": shlex.join([Path(sys.executable).name, "benchmarks/load.py", *(argv if argv is not None else sys.argv[1:])]),
-        "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-        "sequential_max_abs_diff_between_configs": cross,
+        "model_dir": str(model), "sequential_max_abs_diff_between_configs": cross,
         "runs": runs,
         "passed": all(r["errors"] == 0 and r["mismatches"] == 0 for r in runs),
     }
-    out = args.out or RESULTS / f"load-{model.name}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    name = json.loads((model / "manifest.json").read_text())["name"].removeprefix("test-")
+    harness.write_result("load", name, result, command=harness.command("benchmarks.load", argv), out=args.out,
+                         load_avg_start=load_start)
     print(json.dumps(result))
     return 0 if result["passed"] else 1
 

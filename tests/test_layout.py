@@ -14,6 +14,7 @@ packages' ``__init__`` files import lazily or only their own children.
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -271,3 +272,68 @@ def test_the_exporter_never_imports_the_studies():
             assert not [n for n in names if n.split(".")[0] in studies | {"studies", "td_studies"}], module
             if isinstance(node, ast.arg):  # a study option threaded through an exporter function
                 assert node.arg not in ("float_channels", "blocked_quantize", "activations"), (module, node.arg)
+
+
+BENCHMARKS = ROOT / "benchmarks"
+TEST_MODULES = {p.stem for p in (ROOT / "tests").rglob("*.py")} | {"tests", "conftest"}
+# Preset files in the product format (typed-decisions calibrate --to-preset), read as the presets'
+# calibration inputs (presets_data/*.json name them), not the output of a benchmark tool.
+NOT_RESULTS = BENCHMARKS / "results" / "preset-calibrations"
+
+
+def _benchmark_sources() -> list[Path]:
+    return sorted(BENCHMARKS.rglob("*.py"))
+
+
+def test_benchmarks_never_edit_sys_path():
+    """Issue #30: the suite is a package run as ``python -m benchmarks.…``; no script puts a folder
+    on ``sys.path`` (a sibling script, tests/, a throwaway venv: peers/llama_cpp.py loads from a
+    site directory without it)."""
+    found = []
+    for path in _benchmark_sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) \
+                    and node.value.id == "sys":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} sys.path")
+            if isinstance(node, ast.Attribute) and node.attr == "addsitedir":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} addsitedir")
+    assert _benchmark_sources() and not found, found
+
+
+def test_benchmarks_never_import_tests():
+    """Benchmarks import the library and each other; a helper both need lives in benchmarks/ (e.g.
+    invariance.py) or the library, never in tests/. Nor do test files live in benchmarks/."""
+    found = []
+    for path in _benchmark_sources():
+        assert not path.name.startswith("test_"), f"{path.relative_to(ROOT)}: tests belong in tests/benchmarks/"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in TEST_MODULES]
+    assert not found, found
+
+
+def test_every_result_file_has_the_schema():
+    """Every file under benchmarks/results/ (preset-calibrations/ aside, see NOT_RESULTS) is
+    ``{"schema": 1, "tool", "command", "git", "machine", "results", ...}`` with a machine record
+    naming the CPU class (None where it was not recorded, which the file's note says), under
+    ``results/<tool>/``."""
+    files = [p for p in (BENCHMARKS / "results").rglob("*") if p.is_file() and NOT_RESULTS not in p.parents]
+    assert len(files) >= 40
+    bad = []
+    for path in files:
+        rel = path.relative_to(BENCHMARKS / "results")
+        if path.suffix != ".json":
+            bad.append(f"{rel}: not a .json file")
+            continue
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        missing = [k for k in ("schema", "tool", "command", "git", "machine", "results") if k not in doc]
+        if missing or doc["schema"] != 1:
+            bad.append(f"{rel}: schema {doc.get('schema')!r}, missing {missing}")
+        elif rel.parts[0] != doc["tool"] or len(rel.parts) != 2:
+            bad.append(f"{rel}: not under results/{doc['tool']}/")
+        elif not isinstance(doc["machine"], dict) or "class" not in doc["machine"]:
+            bad.append(f"{rel}: machine without a class")
+        elif doc["machine"]["class"] is None and "note" not in doc:
+            bad.append(f"{rel}: CPU class unknown and no note saying so")
+    assert not bad, bad

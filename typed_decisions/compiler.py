@@ -58,7 +58,7 @@ QuestionLabels = Literal["names", "letters", "mixture"]  # what one question is 
 LABEL_MODES: tuple[str, ...] = get_args(LabelMode)
 
 # What "auto" (the default) compiles each question type with, chosen on real labelled data
-# (docs/evaluation.md, benchmarks/eval_sweep.py): option names read best for choice questions,
+# (docs/evaluation.md, benchmarks/sweep.py): option names read best for choice questions,
 # letters for score levels (the level *numbers* of the names mode read as the model's own scale).
 # Noul questions always read yes/no, whatever the mode.
 AUTO_LABELS: dict[str, QuestionLabels] = {"noul": "names", "choice": "names", "score": "letters"}

@@ -407,7 +407,7 @@ def _run_matmul(path, h: np.ndarray) -> np.ndarray:
 def test_per_token_graph_is_exact_at_the_integer_extremes(tmp_path):
     """Every activation at +-127 and every weight at +-63 (the largest pair sums the 7-bit format
     allows): ONNX Runtime's u8*s8 MatMulInteger gives the exact integer product on every CPU class
-    (without VNNI, 8-bit weights would saturate here; benchmarks/int8_kernels.py)."""
+    (without VNNI, 8-bit weights would saturate here; benchmarks/studies/int8_kernels.py)."""
     h, w = _extreme_graph(tmp_path, EXACT_EVERYWHERE_FORMAT)
     np.testing.assert_allclose(_run_matmul(tmp_path / "q.onnx", h), h.astype(np.float64) @ w, rtol=0, atol=1e-4)
 
@@ -431,7 +431,7 @@ def test_8_bit_weights_at_the_integer_extremes_are_exact_in_the_graph_this_cpu_r
 def test_u8s8_kernel_with_8_bit_weights_is_exact_on_vnni_and_amx(tmp_path):
     """The claim graph_file rests on: VNNI/AMX accumulate u8*s8 products in int32, so the u8*s8
     graph of 8-bit weights is exact there (on AVX2 it is off by far more than 1,
-    benchmarks/int8_kernels.py; under qemu-x86_64 -cpu EPYC-Rome too)."""
+    benchmarks/studies/int8_kernels.py; under qemu-x86_64 -cpu EPYC-Rome too)."""
     from td_int8 import exact_here
     from typed_decisions.cpu import cpu_class
     from typed_decisions_export.int8.integer import IntegerFormat

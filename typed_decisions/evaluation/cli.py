@@ -128,7 +128,7 @@ def main_eval(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.free_text:
         print("typed-decisions eval: --free-text needs generation, which this runtime never does; run "
-              "benchmarks/free_text_baseline.py (transformers + torch) instead. See docs/evaluation.md.",
+              "benchmarks/peers/free_text.py (transformers + torch) instead. See docs/evaluation.md.",
               file=sys.stderr)
         return 2
     if args.plot:

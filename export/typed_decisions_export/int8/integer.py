@@ -26,7 +26,7 @@ class IntegerFormat:
 
     the u8·s8 graph is exact on every x86 class (`exact_without_vnni`); otherwise CPUs without
     VNNI/AMX run the u8·u8 graph of the same weights (write_u8u8_graph), exact for any 8-bit pair.
-    (benchmarks/int8_kernels.py checks each format against an exact int64 matmul on the machine.)
+    (benchmarks/studies/int8_kernels.py checks each format against an exact int64 matmul on the machine.)
 
     >>> TOKEN_FORMAT.pair_bound, TOKEN_FORMAT.exact_without_vnni  # 8-bit weights: u8·u8 graph without VNNI
     (64770, False)

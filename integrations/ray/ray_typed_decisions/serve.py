@@ -19,7 +19,7 @@ queue length and a state's requests land on whichever replica is idle.
 ``batching="serve"`` moves batching from the ingress to the replicas: the ingress routes each
 request alone (``create_app(dispatch=RemoteDecider.submit)``) and Ray's ``@serve.batch`` on
 ``DeciderReplica.decide`` gathers what reaches a replica into one ``run_many``. The default stays
-``"micro"``: it was faster on every measured trial (``benchmarks/ray_serve_batching.py``, docs/ray.md).
+``"micro"``: it was faster on every measured trial (``benchmarks/studies/ray_serve_batching.py``, docs/ray.md).
 
 Each Decider replica reserves ``num_cpus_per_replica`` Ray CPUs and runs ONNX Runtime with exactly
 that many intra-op threads (Ray sets OMP_NUM_THREADS, which ONNX Runtime ignores). Its engine call

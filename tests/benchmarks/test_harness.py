@@ -1,0 +1,61 @@
+"""benchmarks/harness.py: the one result writer (schema 1, the path, the machine record), reading
+results back (old and new files), the llama.cpp importer that leaves sys.path alone."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+
+import pytest
+
+from benchmarks import harness
+from benchmarks.peers.llama_cpp import import_llama_cpp
+from typed_decisions.cpu import cpu_class
+
+
+def test_write_result_writes_schema_1_at_the_tool_model_class_date_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(harness, "RESULTS", tmp_path)
+    path = harness.write_result("bench", "smollm2-135m", {"W1": {"median_s": 0.5}},
+                                command="python -m benchmarks.bench --model tiny", load_avg_start=(1.0, 2.0, 3.0),
+                                note="a test")
+    assert path == tmp_path / "bench" / f"smollm2-135m-{cpu_class()}-{dt.date.today().isoformat()}.json"
+    doc = json.loads(path.read_text())
+    assert harness.problems(doc) == []
+    assert list(doc)[:6] == ["schema", "tool", "command", "git", "machine", "model"] and list(doc)[-1] == "results"
+    assert doc["tool"] == "bench" and doc["note"] == "a test" and doc["results"] == {"W1": {"median_s": 0.5}}
+    assert doc["machine"]["class"] == cpu_class() and doc["machine"]["load_avg_start"] == [1.0, 2.0, 3.0]
+    assert doc["machine"]["usable_cores"] >= 1 and len(doc["machine"]["load_avg_end"]) == 3
+    assert doc["git"] is None or len(doc["git"].removesuffix("+dirty")) == 40
+    assert harness.read_results(path) == doc["results"]
+
+
+def test_problems_names_what_a_file_lacks():
+    assert harness.problems({"schema": 2, "tool": "t", "command": "", "git": None, "machine": {}, "results": 1}) == [
+        "schema is 2, not 1"]
+    assert harness.problems([1, 2]) == ["a list, not an object"]
+
+
+def test_write_result_refuses_what_json_cannot_hold(tmp_path):
+    with pytest.raises(TypeError, match="not JSON: object"):
+        harness.write_result("t", "m", {"x": object()}, command="c", out=tmp_path / "x.json")
+
+
+def test_llama_cpp_loads_from_a_site_directory_without_touching_sys_path(tmp_path):
+    pkg = tmp_path / "fake_llama_td" / "sub"
+    pkg.mkdir(parents=True)
+    (tmp_path / "fake_llama_td" / "__init__.py").write_text("from .sub.core import VALUE\n__version__ = '0.0'\n")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core.py").write_text("import numpy\nVALUE = 41 + 1\n")  # a third-party import: this interpreter's
+    before = list(sys.path)
+    try:
+        with pytest.raises(ImportError):
+            import_llama_cpp(None, name="fake_llama_td")
+        mod = import_llama_cpp(tmp_path, name="fake_llama_td")
+        assert mod.VALUE == 42 and sys.modules["fake_llama_td"] is mod
+        assert sys.path == before
+        with pytest.raises(ImportError, match="no package 'nothing_here_td'"):
+            import_llama_cpp(tmp_path, name="nothing_here_td")
+    finally:
+        for name in [m for m in sys.modules if m.startswith("fake_llama_td")]:
+            del sys.modules[name]
