@@ -24,10 +24,9 @@ more test rows read only what was not read before.
 It also times one request alone, zero-shot vs fitted, interleaved on the same test states with the
 prefix cache off (``--time-rows``): the ratio line says what a head costs at serve time.
 
-    python benchmarks/fit_curves.py --model DIR --ks 8,32,128 --test 100 \\
-        --out benchmarks/results/fit_curves/<model>-<cpuclass>-<date>.json
+    python -m benchmarks.fit_curves --model DIR --ks 8,32,128 --test 60
 
-The result file: {"schema": 1, "tool": "fit_curves", "command", "git", "machine", "results"}.
+writes benchmarks/results/fit_curves/<model>-<cpuclass>-<date>.json (``harness.write_result``).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import subprocess
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,10 +42,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import harness
 from typed_decisions.compiler import resolve_label_mode
-from typed_decisions.cpu import describe
 from typed_decisions.decider import Decider
-from typed_decisions.evaluation.datasets import DATASETS, load_dataset
+from typed_decisions.evaluation.datasets import load_dataset
 from typed_decisions.evaluation.fit import first_per_class, head_rows
 from typed_decisions.evaluation.metrics import accuracy, ece, nll
 from typed_decisions.fit import fit_head
@@ -188,7 +187,6 @@ def main() -> int:
     p.add_argument("--boot", type=int, default=1000)
     p.add_argument("--components", type=int, default=256)
     p.add_argument("--time-rows", type=int, default=20, help="requests timed per set (0: no timing)")
-    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--heads", default="rows,split,rows+T,split+T,rows+ordinal",
                    help="the fitted readouts: a prior, rows (the fitted rows' frequencies) or split (the calibration "
                         "split's class frequencies), +T for the CV temperature, +ordinal for a cumulative-logit head "
@@ -196,13 +194,15 @@ def main() -> int:
     p.add_argument("--shots", default="8", help="in-context few-shot curve: k rows per class shown as examples "
                                                 "(the head's rows; '' for none)")
     p.add_argument("--max-shots", type=int, default=40, help="at most this many few-shot examples (context and cost)")
-    p.add_argument("--out", type=Path, required=True)
+    harness.common_args(p, threads=None)
     args = p.parse_args()
+    load_start = os.getloadavg()
     heads = args.heads.split(",")
-    cache = FeatureCache(args.out.with_suffix(".features.npz"))  # what each row read, so a re-fit never re-reads
     ks = [int(k) for k in args.ks.split(",")]
     shot_ks = [int(k) for k in args.shots.split(",") if k]
     decider = Decider.load(args.model, threads=args.threads)
+    out = args.out or harness.result_path("fit_curves", decider.model_key)
+    cache = FeatureCache(out.with_suffix(".features.npz"))  # what each row read, so a re-fit never re-reads
     rng = np.random.default_rng(0)
     results: dict[str, Any] = {}
     for name in args.datasets.split(","):
@@ -247,7 +247,9 @@ def main() -> int:
                     entry["fitted"][readout][str(k)] = {"skipped": f"a class has {int(counts.min())} rows"}
                     continue
                 if variant == "ordinal":
-                    from fit_ordinal import fit_ordinal  # a study (scipy, scikit-learn), only when asked
+                    from benchmarks.fit_ordinal import (
+                        fit_ordinal,  # a study (scipy, scikit-learn), only when asked
+                    )
 
                     predict, l2 = fit_ordinal(h_tr[sub], p_tr[sub], y_tr[sub], components=args.components)
                     probs, extra = predict(h_te, p_te), {"l2": l2}
@@ -276,7 +278,7 @@ def main() -> int:
             entry["timing"] = time_requests(decider, spec, last, test[: args.time_rows])
         entry["seconds"] = round(time.perf_counter() - t0, 1)
         results[name] = entry
-        line = {f"{pr}/{k}": (v["accuracy"] if "accuracy" in v else v)
+        line = {f"{pr}/{k}": v.get("accuracy", v)
                 for pr, per_k in [*entry["fitted"].items(), ("few-shot", entry.get("few_shot", {}))]
                 for k, v in per_k.items()}
         print(f"{name}: zero-shot acc {entry['zero_shot']['accuracy']}  fitted acc {line}  "
@@ -313,11 +315,9 @@ def main() -> int:
                 f.pop("_boot", None)
                 f.pop("_top", None)
     ratios = [e["timing"]["ratio_fitted_over_zero_shot"] for e in results.values() if "timing" in e]
-    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    out = {"schema": 1, "tool": "fit_curves", "command": " ".join(["python", *sys.argv]), "git": git,
-           "machine": describe(), "model": decider.model_key, "results": {"sets": results, "mean": summary}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    path = harness.write_result("fit_curves", decider.model_key, {"sets": results, "mean": summary},
+                                command=harness.command("benchmarks.fit_curves"), out=out, load_avg_start=load_start)
+    print(f"wrote {path}")
     print(json.dumps({"mean": summary, "ratio_fitted_over_zero_shot_median": float(np.median(ratios)) if ratios else None}))
     return 0
 

@@ -9,22 +9,21 @@ flip rate (share of orders whose top option differs from the listed order's) and
 variation are reported for zero-shot, the listed-order head and the rotation head, with each one's
 accuracy in the listed order.
 
-    python benchmarks/fit_permutation.py --model DIR --datasets trec,rotten-tomatoes,vitaminc \\
-        --out benchmarks/results/fit_permutation/<model>-<cpuclass>-<date>.json
+    python -m benchmarks.fit_permutation --model DIR --datasets trec,rotten-tomatoes,vitaminc
+
+writes benchmarks/results/fit_permutation/<model>-<cpuclass>-<date>.json (``harness.write_result``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
+import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from typed_decisions.cpu import describe
+from benchmarks import harness
 from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import load_dataset
 from typed_decisions.evaluation.fit import first_per_class, head_rows
@@ -38,9 +37,9 @@ def main() -> int:
     p.add_argument("--k", type=int, default=32)
     p.add_argument("--test", type=int, default=60)
     p.add_argument("--perms", type=int, default=3)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out", type=Path, required=True)
+    harness.common_args(p, threads=None)
     args = p.parse_args()
+    load_start = os.getloadavg()
     decider = Decider.load(args.model, threads=args.threads)
     results: dict[str, Any] = {}
     for name in args.datasets.split(","):
@@ -71,11 +70,9 @@ def main() -> int:
                             "accuracy": round(float(np.mean(correct)), 4)}
             print(f"{name} {label}: {entry[label]}", flush=True)
         results[name] = {"k": args.k, "test_rows": len(test), "perms": args.perms, **entry}
-    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    out = {"schema": 1, "tool": "fit_permutation", "command": " ".join(["python", *sys.argv]), "git": git,
-           "machine": describe(), "model": decider.model_key, "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    path = harness.write_result("fit_permutation", decider.model_key, results, out=args.out, load_avg_start=load_start,
+                                command=harness.command("benchmarks.fit_permutation"))
+    print(f"wrote {path}")
     return 0
 
 

@@ -1,10 +1,11 @@
 """Learning curves of ``fit_curves.py`` result files as a PNG and a markdown table.
 
-    python benchmarks/plot_fit_curves.py benchmarks/results/fit_curves/<file>.json \\
+    python -m benchmarks.plot_fit_curves benchmarks/results/fit_curves/<file>.json \\
         --png docs/img/fit_curves.png --table
 
-One panel per set: accuracy (and its 95 % interval) of the zero-shot readout (a flat line) and of
-the fitted head against k rows per class; the last panel is the mean over sets.
+One panel per set: accuracy (and its 95 % interval) of the zero-shot readout (a flat line), of the
+fitted heads and of in-context few-shot (``few_shot``) against k rows per class; the last panel is
+the mean over sets.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from typing import Any
 
 
 def _priors(result: dict[str, Any]) -> list[str]:
+    """The readouts of the file besides zero-shot: fitted heads (a prior, +T, +ordinal) and few_shot."""
     return [p for p in result["results"]["mean"] if p != "zero_shot"]
+
+
+def _cells(e: dict[str, Any], readout: str) -> dict[str, Any]:
+    """A set's (or the mean's) results of one readout, by k."""
+    if "fitted" not in e:  # the mean: {readout: {k: cell}}
+        return e.get(readout, {})
+    return e.get("few_shot", {}) if readout == "few_shot" else e["fitted"].get(readout, {})
 
 
 def table(result: dict[str, Any]) -> str:
@@ -25,23 +34,29 @@ def table(result: dict[str, Any]) -> str:
     sets, mean = result["results"]["sets"], result["results"]["mean"]
     cols = [(p, k) for p in _priors(result) for k in mean[p]]
     fmt = lambda v: f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"  # noqa: E731
-    lines = ["| set (type, options, test rows) | zero-shot | " + " | ".join(f"k={k}, prior {p}" for p, k in cols) + " |",
+    lines = ["| set (type, options, test rows) | zero-shot | " + " | ".join(f"{p}, k={k}" for p, k in cols) + " |",
              "|---|---:|" + "---:|" * len(cols)]
     for name, e in sets.items():
-        cells = [fmt(e["fitted"][p][k]["accuracy"]) if "accuracy" in e["fitted"][p].get(k, {}) else "–" for p, k in cols]
+        cells = [fmt(_cells(e, p)[k]["accuracy"]) if "accuracy" in _cells(e, p).get(k, {}) else "–" for p, k in cols]
         lines.append(f"| {name} ({e['type']}, {e['options']}, {e['test_rows']}) | {fmt(e['zero_shot']['accuracy'])} | "
                      + " | ".join(cells) + " |")
     lines.append("| **mean over sets** | " + fmt(mean["zero_shot"]["accuracy"]) + " | "
                  + " | ".join(fmt(mean[p][k]["accuracy"]) for p, k in cols) + " |")
     lines.append("| mean accuracy − zero-shot (paired) | | "
                  + " | ".join(fmt(mean[p][k]["accuracy_minus_zero_shot"]) for p, k in cols) + " |")
-    for m in ("ece", "nll"):
-        lines.append(f"| mean {m.upper()} | {fmt(mean['zero_shot'][m])} | "
-                     + " | ".join(fmt(mean[p][k][m]) for p, k in cols) + " |")
+    for m in ("ece", "ece_pooled", "nll"):
+        if m not in mean["zero_shot"]:
+            continue
+        lines.append(f"| {'mean ' + m.upper() if m != 'ece_pooled' else 'ECE of all answers pooled'} | "
+                     f"{fmt(mean['zero_shot'][m])} | " + " | ".join(fmt(mean[p][k][m]) for p, k in cols) + " |")
+        floor = m.replace("ece", "ece_floor") if m == "ece" else "ece_pooled_floor"
+        if floor in mean["zero_shot"]:
+            lines.append(f"| its floor (perfect calibration, same rows) | {mean['zero_shot'][floor]:.3f} | "
+                         + " | ".join(f"{mean[p][k][floor]:.3f}" for p, k in cols) + " |")
     return "\n".join(lines)
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
+def plot(result: dict[str, Any], path: Path, readouts: list[str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -49,23 +64,24 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     mean = result["results"]["mean"]
     priors = _priors(result)
-    panels = [*result["results"]["sets"].items(),
-              ("mean over sets", {"zero_shot": mean["zero_shot"], "fitted": {p: mean[p] for p in priors}})]
+    priors = [p for p in priors if p in readouts] if readouts else priors
+    panels = [*result["results"]["sets"].items(), ("mean over sets", mean)]
     cols = 4
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
     for ax, (name, e) in zip(axes.flat, panels):
-        for shift, prior in zip((0.97, 1.03), priors):
-            xs = [int(k) for k, v in e["fitted"][prior].items() if "accuracy" in v]
-            acc = [e["fitted"][prior][str(k)]["accuracy"] for k in xs]
+        for shift, prior in zip((0.94, 0.98, 1.02, 1.06, 1.1), priors):
+            xs = [int(k) for k, v in _cells(e, prior).items() if "accuracy" in v]
+            acc = [_cells(e, prior)[str(k)]["accuracy"] for k in xs]
             ax.errorbar([x * shift for x in xs], [a[0] for a in acc],
                         yerr=[[a[0] - a[1] for a in acc], [a[2] - a[0] for a in acc]],
-                        marker="o", capsize=3, label=f"fitted, prior {prior}")
+                        marker="o", capsize=3,
+                        label="in-context few-shot" if prior == "few_shot" else f"fitted head, {prior}")
         z = e["zero_shot"]["accuracy"]
         ax.axhline(z[0], color="gray", linestyle="--", label="zero-shot auto")
         ax.axhspan(z[1], z[2], color="gray", alpha=0.15)
         ax.set_xscale("log", base=2)
-        ks = sorted({int(k) for p in priors for k in e["fitted"][p]})
+        ks = sorted({int(k) for p in priors for k in _cells(e, p)})
         ax.set_xticks(ks, [str(k) for k in ks])
         ax.set_ylim(0, 1)
         ax.set_title(name, fontsize=9)
@@ -85,12 +101,13 @@ def main() -> None:
     p.add_argument("result", type=Path)
     p.add_argument("--png", type=Path, default=None)
     p.add_argument("--table", action="store_true")
+    p.add_argument("--readouts", default=None, help="readouts to draw, comma-separated (default: all in the file)")
     args = p.parse_args()
     result = json.loads(args.result.read_text(encoding="utf-8"))
     if args.table:
         print(table(result))
     if args.png:
-        plot(result, args.png)
+        plot(result, args.png, args.readouts.split(",") if args.readouts else None)
         print(f"plot: {args.png}")
 
 
