@@ -57,7 +57,7 @@ from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import DATASETS, load_dataset
 from typed_decisions.evaluation.fitting import apply_calibration, calibration_fit
 from typed_decisions.evaluation.metrics import COVERAGES, accuracy, coverage_accuracy, ece, macro_f1, metrics
-from typed_decisions.evaluation.spec import QuestionSpec, shot_rows
+from typed_decisions.spec import QuestionSpec, shot_rows
 
 SAVE_EVERY = 10
 METRICS: dict[str, Callable[[list[np.ndarray], list[int]], float]] = {

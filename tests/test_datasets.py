@@ -243,7 +243,7 @@ def test_real_datasets_fetch_parse_and_split():
 
 def test_a_row_question_goes_into_instructions_and_the_passage_stays_the_state():
     from typed_decisions.errors import InvalidRequestError
-    from typed_decisions.evaluation.spec import QuestionSpec
+    from typed_decisions.spec import QuestionSpec
 
     spec = QuestionSpec(name="a", type="noul", instructions="fallback?", instructions_field="question",
                         options=[{"name": "yes"}, {"name": "no"}])

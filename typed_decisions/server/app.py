@@ -5,7 +5,7 @@ unchanged. Routes::
 
     POST /v1/systemone       DecisionRequest → DecisionResponse (schema.py), micro-batched
     POST /v1/explain         DecisionRequest → Explanation (explain.py): answers + why, same queue
-    GET  /v1/presets         the question presets: shipped (evaluation/presets.py) and the operator's (--preset FILE)
+    GET  /v1/presets         the question presets: shipped (presets/) and the operator's (--preset FILE)
     GET  /v1/presets/{name}  one preset, and its question in wire form
     POST /v1/presets/{name}  a preset's question about a state, through the same queue
     GET  /playground         a static page (no build step, no CDN) that asks and explains
@@ -46,7 +46,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import (AuthenticationError, BadBodyError, BodyTooLargeError, InvalidRequestError,
                       ModelNotFoundError, RateLimitedError, RequestTimeoutError, ServerBusyError,
                       TypedDecisionsError, UnsupportedEncodingError, http_status)
-from ..evaluation.presets import list_presets, load_preset
+from ..presets import list_presets, load_preset
 from ..explain import Explanation
 from ..schema import DecisionRequest, DecisionResponse
 from .service import Job, PresetRequest, Service
