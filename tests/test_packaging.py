@@ -75,7 +75,7 @@ def test_wheel_ships_the_subpackages_and_the_preset_files(tmp_path):
     assert {f"typed_decisions/presets/data/{n}" for n in presets} <= names
     assert {"typed_decisions/server/app.py", "typed_decisions/spec.py", "typed_decisions/presets/answer.py",
             "typed_decisions/evaluation/datasets.py", "typed_decisions/py.typed",
-            "typed_decisions/wheels.py"} <= names
+            "typed_decisions/pinned.py"} <= names
 
 
 def test_adopt_command_names_the_missing_distribution():
