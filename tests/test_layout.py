@@ -248,6 +248,40 @@ def test_the_server_never_imports_evaluation():
                 if _in(d, ("typed_decisions.server",))]
 
 
+INTEGRATIONS = ("langchain_typed_decisions", "dspy_typed_decisions", "ray_typed_decisions")
+PUBLIC_ONLY = ("typed_decisions.server", "typed_decisions.engine")  # packages whose __init__ is the API
+
+
+def _all_of(package: str) -> set[str]:
+    """The ``__all__`` of a package's ``__init__.py``, read from the source."""
+    path = _modules()[package]
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError(f"{package} has no __all__")
+
+
+def test_integrations_reach_the_server_and_engine_only_through_their_public_api():
+    """Issue #30 (docs/ARCHITECTURE.md): an integration imports ``typed_decisions.server`` and
+    ``typed_decisions.engine`` as packages, only names in their ``__all__``, never one of their
+    modules; and it never reaches into a server app's state (``app.state.service``)."""
+    graph = import_graph()
+    public = {pkg: _all_of(pkg) for pkg in PUBLIC_ONLY}
+    for module, path in _modules().items():
+        if module.split(".")[0] not in INTEGRATIONS:
+            continue
+        inner = [d for d in graph[module] if _in(d, PUBLIC_ONLY) and d not in PUBLIC_ONLY]
+        assert not inner, f"{module} imports {inner}: use the package's public names (its __all__)"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module in public:
+                hidden = {a.name for a in node.names} - public[node.module]
+                assert not hidden, f"{module} imports {sorted(hidden)} from {node.module}, not in its __all__"
+            if isinstance(node, ast.Attribute) and node.attr == "service" and \
+                    isinstance(node.value, ast.Attribute) and node.value.attr == "state":
+                raise AssertionError(f"{module} reaches into app.state.service (line {node.lineno})")
+    assert "typed_decisions.server" in graph["ray_typed_decisions.serve"]  # the rule sees Ray's imports
+
+
 @pytest.mark.parametrize("packages", [["typed_decisions"], ["langchain_typed_decisions", "dspy_typed_decisions",
                                                            "ray_typed_decisions"]],
                          ids=["runtime", "integrations"])

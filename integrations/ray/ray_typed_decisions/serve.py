@@ -55,9 +55,7 @@ from ray.serve.handle import DeploymentHandle
 from typed_decisions.compiler import LabelMode
 from typed_decisions.engine import EngineStats
 from typed_decisions.schema import DecisionRequest, DecisionResponse, json_sha256
-from typed_decisions.server import ServerSettings, create_app
-from typed_decisions.server.batching import answer_each
-from typed_decisions.server.service import Job
+from typed_decisions.server import Job, ServerSettings, answer_each, create_app
 
 CONSISTENT_HASH_ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
 # A replica that died mid-request (killed, OOM, node lost): its requests are pure reads, so they
@@ -109,7 +107,7 @@ class DeciderReplica:
 
     def __init__(self, model: str, threads: int, decider_kwargs: dict[str, Any],
                  max_batch: int = 8, max_wait_s: float = 0.005):
-        from typed_decisions.decider import Decider
+        from typed_decisions import Decider
 
         self.decider = Decider.load(model, threads=threads, **decider_kwargs)
         self.replica = serve.get_replica_context().replica_id.unique_id
@@ -319,10 +317,8 @@ class IngressReplica:
     async def __serve_build_asgi_app__(self) -> Any:
         info = await self._handle.info.remote()
         remote = RemoteDecider(self._handle, info, affinity=self._affinity)
-        app = create_app(remote, settings=self._settings,
-                         dispatch=remote.submit if self._batching == "serve" else None)
-        app.state.service.metrics.registry.register(ReplicaMetrics(remote.engine))
-        return app
+        return create_app(remote, settings=self._settings, collectors=[ReplicaMetrics(remote.engine)],
+                          dispatch=remote.submit if self._batching == "serve" else None)
 
 
 # --------------------------------------------------------------------------- configuration
