@@ -54,6 +54,7 @@ from ray.serve.handle import DeploymentHandle
 
 from typed_decisions.compiler import LabelMode
 from typed_decisions.engine import EngineStats
+from typed_decisions.errors import InvalidRequestError
 from typed_decisions.schema import DecisionRequest, DecisionResponse, json_sha256
 from typed_decisions.server import Job, ServerSettings, answer_each, create_app
 
@@ -165,6 +166,15 @@ class DeciderReplica:
 # --------------------------------------------------------------------------- the ingress side
 
 
+def _refuse_heads(heads: Any) -> None:
+    """A fitted preset's heads are not sent to the replicas yet: refuse (422 at params.fitted)
+    rather than answer zero-shot under the head's name."""
+    if heads is not None and any(heads if isinstance(heads, (list, tuple)) else [heads]):
+        raise InvalidRequestError("fitted heads are not served through Ray Serve yet: send params.fitted = 'none' "
+                                  "for the zero-shot readout, or serve the fitted preset with typed-decisions "
+                                  "serve (without --ray)", ("params", "fitted"))
+
+
 def _unwrap(error: RayTaskError) -> BaseException:
     """The replica's own exception (an ``InvalidRequestError`` keeps its 422 and field path)."""
     cause = getattr(error, "cause", None)
@@ -264,8 +274,9 @@ class RemoteDecider:
         self.engine.record(reply)
         return reply.results
 
-    def run_many(self, requests: Sequence[DecisionRequest], *,
-                 label_mode: LabelMode | None = None) -> list[DecisionResponse]:
+    def run_many(self, requests: Sequence[DecisionRequest], *, label_mode: LabelMode | None = None,
+                 heads: Sequence[Any] | None = None) -> list[DecisionResponse]:
+        _refuse_heads(heads)
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
             groups.setdefault(routing_key(r), []).append(i)
@@ -286,6 +297,7 @@ class RemoteDecider:
     async def submit(self, job: Job) -> Any:
         """``batching="serve"``: one job straight to its replica's ``decide`` (``@serve.batch``
         batches there), awaited on the event loop; the server's ``Unbatched`` calls this."""
+        _refuse_heads(job.heads)
         key = routing_key(job.request)
         method = "explain" if job.explain else "decide"
         for attempt in range(REPLICA_RETRIES + 1):
