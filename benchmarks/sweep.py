@@ -71,7 +71,7 @@ from typed_decisions.evaluation.metrics import (
     macro_f1,
     metrics,
 )
-from typed_decisions.evaluation.spec import QuestionSpec, shot_rows
+from typed_decisions.spec import QuestionSpec, shot_rows
 
 SAVE_EVERY = 10
 METRICS: dict[str, Callable[[list[np.ndarray], list[int]], float]] = {

@@ -9,7 +9,7 @@
 #                     Fit reports (every variant on both splits): $WORK/reports/. Default models:
 #                     default default:int8.
 #   ship              `presets register $WORK/NAME.json` for each fitted preset: writes
-#                     typed_decisions/evaluation/presets_data/NAME.json and its hash into _registry.json
+#                     typed_decisions/presets/data/NAME.json and its hash into _registry.json
 #                     (old versions' hashes kept), then runs the preset tests.
 #
 # Env: LIMIT (calibration rows fitted on, default 100), TEST_LIMIT (test rows reported, default 150),
@@ -23,7 +23,7 @@ td() { "$PYTHON" -m typed_decisions.cli "$@"; }  # this checkout's package (ship
 step=${1:?usage: $0 fit [MODEL ...] | ship}
 shift
 names=${PRESETS:-$("$PYTHON" -c "
-from typed_decisions.evaluation.presets import list_presets, load_preset
+from typed_decisions.presets import list_presets, load_preset
 print(' '.join(n for n in list_presets() if load_preset(n).dataset))")}
 
 case $step in
@@ -51,7 +51,7 @@ ship)
     td presets register "$WORK/$name.json"
   done
   "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_presets.py tests/test_preset_calibration.py -m 'not model'
-  echo "shipped: commit typed_decisions/evaluation/presets_data/ and $WORK/" >&2
+  echo "shipped: commit typed_decisions/presets/data/ and $WORK/" >&2
   ;;
 *)
   echo "usage: $0 fit [MODEL ...] | ship" >&2

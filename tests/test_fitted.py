@@ -13,7 +13,7 @@ import pytest
 
 from typed_decisions.decider import Decider
 from typed_decisions.errors import InvalidRequestError
-from typed_decisions.evaluation.presets import DeciderSettings, Preset, select_head, with_head
+from typed_decisions.presets import DeciderSettings, Preset, select_head, with_head
 from typed_decisions.fit import check_rows_per_class, fit_head
 from typed_decisions.fitted import LOG_FLOOR, FittedHead, decode_array, encode_array
 

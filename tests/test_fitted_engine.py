@@ -12,8 +12,8 @@ import pytest
 
 from typed_decisions.decider import parse_request
 from typed_decisions.errors import InvalidRequestError
-from typed_decisions.evaluation import presets
-from typed_decisions.evaluation.presets import register_preset, with_head
+from typed_decisions import presets
+from typed_decisions.presets import register_preset, with_head
 
 pytest.importorskip("sklearn", reason="the [fit] extra: pip install 'typed-decisions-runtime[fit]'")
 pytestmark = pytest.mark.model

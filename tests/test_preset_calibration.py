@@ -12,8 +12,8 @@ import pytest
 
 from typed_decisions.calibration import CalibrationFile, TypeCalibration
 from typed_decisions.errors import InvalidRequestError
-from typed_decisions.evaluation import presets
-from typed_decisions.evaluation.presets import (DeciderSettings, Preset, PresetCalibration, PresetError, load_preset,
+from typed_decisions import presets
+from typed_decisions.presets import (DeciderSettings, Preset, PresetCalibration, PresetError, load_preset,
                                                 prepare_preset, register_preset, select_calibration, with_calibration)
 from typed_decisions.reducers import confidence
 from typed_decisions.schema import DecisionResponse, Usage

@@ -1,4 +1,4 @@
-"""presets.py: shipped presets load and match their registered version hashes (an edit without a
+"""typed_decisions/presets/: shipped presets load and match their registered version hashes (an edit without a
 version bump fails here), the acting policy, answer_preset and `eval --preset` on the tiny model."""
 
 from __future__ import annotations
@@ -8,21 +8,33 @@ import json
 import numpy as np
 import pytest
 
-from typed_decisions.evaluation import presets
+from typed_decisions import presets
 from typed_decisions.errors import InvalidRequestError
-from typed_decisions.evaluation.presets import PresetError, content_hash, decide_action, load_preset
+from typed_decisions.presets import PresetError, content_hash, decide_action, load_preset, store
+
+
+def test_the_old_import_path_is_the_same_objects():
+    """``typed_decisions.evaluation.presets`` was the documented import before the move (issue #30):
+    it still answers, with the very objects of ``typed_decisions.presets`` (nothing of its own)."""
+    import typed_decisions.evaluation as evaluation
+    from typed_decisions.evaluation import presets as old
+
+    assert set(old.__all__) == set(presets.__all__)
+    assert all(getattr(old, name) is getattr(presets, name) for name in presets.__all__)
+    assert evaluation.load_preset is presets.load_preset and evaluation.answer_preset is presets.answer_preset
+    assert [p.name for p in store._folder().glob("_registry.json")] == ["_registry.json"]
 
 
 def test_every_shipped_preset_matches_its_registered_version():
-    registry = json.loads((presets._folder() / presets.REGISTRY).read_text())
+    registry = json.loads((store._folder() / presets.REGISTRY).read_text())
     names = presets.list_presets()
     assert {"support-ticket-routing", "sms-spam", "sentiment-score"} <= set(names)
     assert set(registry) == set(names), "every preset file needs registry entries, and vice versa"
     for name in names:
-        data = json.loads((presets._folder() / f"{name}.json").read_text())
+        data = json.loads((store._folder() / f"{name}.json").read_text())
         assert registry[name].get(str(data["version"])) == content_hash(data), (
             f"{name}.json changed without a version bump: bump 'version' and add "
-            f"`typed-decisions presets hash {name}` to presets_data/_registry.json")
+            f"`typed-decisions presets hash {name}` to typed_decisions/presets/data/_registry.json")
         preset = load_preset(name)
         assert preset.name == name and preset.question_spec().type == preset.question.type
 
@@ -68,7 +80,7 @@ def test_answer_preset_on_the_tiny_model(tiny_decider):
     with pytest.raises(InvalidRequestError, match="unknown preset params"):
         presets.answer_preset(tiny_decider, "sms-spam", "hi", {"temperature": 0.7})
     with pytest.raises(InvalidRequestError, match="unknown preset"):  # names only, never a path
-        presets.answer_preset(tiny_decider, str(presets._folder() / "sms-spam.json"), "hi")
+        presets.answer_preset(tiny_decider, str(store._folder() / "sms-spam.json"), "hi")
 
 
 def test_eval_on_a_preset_records_its_version(tiny_model_dir, tmp_path):
@@ -86,7 +98,7 @@ def test_eval_on_a_preset_records_its_version(tiny_model_dir, tmp_path):
 
 def test_preset_debias_param_goes_into_the_request():
     from typed_decisions.errors import InvalidRequestError
-    from typed_decisions.evaluation.presets import list_presets, prepare_preset
+    from typed_decisions.presets import list_presets, prepare_preset
 
     name = list_presets()[0]
     call = prepare_preset("m", name, "some state", {"debias": "rotate"})
@@ -107,7 +119,7 @@ def fewshot_presets(tmp_path, monkeypatch):
     with one, registered in a copy of the registry, as a release would."""
     folder = tmp_path / "presets"
     folder.mkdir()
-    for p in presets._folder().glob("*.json"):
+    for p in store._folder().glob("*.json"):
         (folder / p.name).write_text(p.read_text())
     registry = json.loads((folder / presets.REGISTRY).read_text())
     spam = json.loads((folder / "sms-spam.json").read_text())
@@ -121,13 +133,13 @@ def fewshot_presets(tmp_path, monkeypatch):
         (folder / f"{name}.json").write_text(json.dumps(data))
         registry[name] = {str(data["version"]): content_hash(data)}
     (folder / presets.REGISTRY).write_text(json.dumps(registry))
-    monkeypatch.setattr(presets, "_folder", lambda: folder)
+    monkeypatch.setattr(store, "_folder", lambda: folder)
     return folder
 
 
 def test_preset_examples_go_into_the_wire_request(fewshot_presets):
     from typed_decisions.decider import parse_request
-    from typed_decisions.evaluation.presets import prepare_preset
+    from typed_decisions.presets import prepare_preset
 
     call = prepare_preset("m", "sms-spam-fewshot", "Free entry in 2 a wkly comp")
     assert call.request["examples"] == [{"state": s["state"], "answers": {"spam": s["answer"]}} for s in SPAM_SHOTS]
@@ -140,7 +152,7 @@ def test_preset_examples_go_into_the_wire_request(fewshot_presets):
 
 def test_a_preset_example_must_answer_an_option(fewshot_presets):
     data = json.loads((fewshot_presets / "sms-spam-fewshot.json").read_text())
-    with_cal = {**data, "calibration": json.loads((presets._folder() / "sms-spam.json").read_text())["calibration"]}
+    with_cal = {**data, "calibration": json.loads((store._folder() / "sms-spam.json").read_text())["calibration"]}
     (fewshot_presets / "both.json").write_text(json.dumps(with_cal))
     with pytest.raises(PresetError, match=r"calibration\.\S+\.examples: fitted without examples, but the preset "
                                           r"has examples sha256:[0-9a-f]{16}; refit with typed-decisions calibrate"):

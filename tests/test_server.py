@@ -36,7 +36,7 @@ zstandard = require("zstandard", "pip install 'typed-decisions-runtime[server]'"
 import td_fakes  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from typed_decisions.evaluation.presets import load_preset  # noqa: E402
+from typed_decisions.presets import load_preset  # noqa: E402
 from typed_decisions.schema import json_sha256  # noqa: E402
 from typed_decisions.server import ServerSettings, create_app, load_api_keys  # noqa: E402
 from typed_decisions.server.batching import Unbatched, answer_each  # noqa: E402

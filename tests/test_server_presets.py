@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from fastapi.testclient import TestClient
 
-from typed_decisions.evaluation.presets import decide_action, list_presets, load_preset
+from typed_decisions.presets import decide_action, list_presets, load_preset
 from typed_decisions.server import ServerSettings, create_app
 
 AUTH = {"Authorization": "Bearer test-key"}

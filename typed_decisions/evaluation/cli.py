@@ -22,11 +22,11 @@ from ..wording import WORDINGS
 from ..errors import InvalidRequestError, TypedDecisionsError
 from .datasets import get_spec, load_dataset, rows_for
 from .fitting import calibration_fit
-from .presets import (DeciderSettings, Preset, PresetCalibration, PresetFit, answer_preset, content_hash,
+from ..presets import (DeciderSettings, Preset, PresetCalibration, PresetFit, answer_preset, content_hash,
                       examples_hash, list_presets, load_preset, preset_file, register_preset, select_head,
                       with_calibration)
 from .run import MATPLOTLIB_HINT, collect_probabilities, content_free_probabilities, evaluate, plot_reliability
-from .spec import QuestionSpec, shot_rows
+from ..spec import QuestionSpec, shot_rows
 
 __all__ = ["main_calibrate", "main_eval", "main_presets", "read_jsonl"]
 
@@ -326,7 +326,7 @@ def main_presets(argv: list[str]) -> int:
     sub.add_parser("list", help="shipped presets with their versions")
     sub.add_parser("show", help="print a preset's JSON").add_argument("name")
     sub.add_parser("hash", help="print a preset file's content hash (for the registry)").add_argument("name")
-    sub.add_parser("register", help="ship a preset version: copy FILE into presets_data and add its hash to the "
+    sub.add_parser("register", help="ship a preset version: copy FILE into typed_decisions/presets/data and add its hash to the "
                                     "registry (a development step)").add_argument("file", type=Path)
     pa = sub.add_parser("answer", help="ask a preset's question about a state")
     pa.add_argument("name")

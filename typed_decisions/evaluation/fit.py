@@ -29,8 +29,8 @@ from ..errors import InvalidRequestError
 from ..fitted import FittedHead
 from ..wording import WORDINGS
 from .metrics import metrics
-from .presets import load_preset, preset_file, with_head
-from .spec import QuestionSpec
+from ..presets import load_preset, preset_file, with_head
+from ..spec import QuestionSpec
 
 if TYPE_CHECKING:
     from ..decider import Decider
@@ -136,7 +136,7 @@ def main_fit(argv: list[str]) -> int:
     preset, bump = _preset_data(args, spec)
     examples = None
     if preset.get("examples"):
-        from .presets import Preset
+        from ..presets import Preset
         examples = Preset.model_validate({**preset, "fitted": None, "calibration": None}).wire_examples()
     decider = Decider.load(args.model, threads=args.threads, label_mode=args.labels, wording=args.wording)
     command = "typed-decisions fit " + shlex.join(argv)

@@ -37,7 +37,7 @@ from ..fitted import FittedHead
 from .fitting import apply_calibration
 from .metrics import THRESHOLDS, coverage_accuracy, metrics
 from .permutation import permutation_report
-from .spec import QuestionSpec
+from ..spec import QuestionSpec
 
 if TYPE_CHECKING:
     from ..decider import Decider

@@ -13,13 +13,25 @@
 
 Needs the ``[server]`` extra (fastapi, uvicorn, zstandard, prometheus-client). The pipeline never
 imports this package; it reaches the engine only through ``Decider.run_many``.
+
+The names below are the public API (what the integrations use: Ray Serve runs ``create_app`` as
+its ingress); the modules are the home of everything else and may change:
+
+    create_app(decider, settings=, dispatch=, collectors=)   the app; ``dispatch`` answers one ``Job``
+    Job                       one queued request (wire request, label mode, explain?, fitted heads)
+    answer_each(run_many, items)   a batch, or each item alone if the batch fails (failure isolation)
+    ServerSettings, check_exposure, serve_parser, settings_from_args   settings and ``serve``'s flags
+    ApiKey, load_api_keys, error_response, main
 """
 
 from __future__ import annotations
 
 from .app import create_app, error_response
-from .main import main
+from .batching import answer_each
 from .keys import ApiKey, load_api_keys
-from .settings import ServerSettings
+from .main import main, serve_parser, settings_from_args
+from .service import Job
+from .settings import ServerSettings, check_exposure
 
-__all__ = ["ApiKey", "ServerSettings", "create_app", "error_response", "load_api_keys", "main"]
+__all__ = ["ApiKey", "Job", "ServerSettings", "answer_each", "check_exposure", "create_app", "error_response",
+           "load_api_keys", "main", "serve_parser", "settings_from_args"]

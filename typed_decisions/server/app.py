@@ -5,7 +5,7 @@ unchanged. Routes::
 
     POST /v1/systemone       DecisionRequest → DecisionResponse (schema.py), micro-batched
     POST /v1/explain         DecisionRequest → Explanation (explain.py): answers + why, same queue
-    GET  /v1/presets         the question presets: shipped (evaluation/presets.py) and the operator's (--preset FILE)
+    GET  /v1/presets         the question presets: shipped (presets/) and the operator's (--preset FILE)
     GET  /v1/presets/{name}  one preset, and its question in wire form
     POST /v1/presets/{name}  a preset's question about a state, through the same queue
     GET  /playground         a static page (no build step, no CDN) that asks and explains
@@ -30,7 +30,7 @@ import logging
 import math
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from prometheus_client import generate_latest
+from prometheus_client.registry import Collector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -46,7 +47,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import (AuthenticationError, BadBodyError, BodyTooLargeError, InvalidRequestError,
                       ModelNotFoundError, RateLimitedError, RequestTimeoutError, ServerBusyError,
                       TypedDecisionsError, UnsupportedEncodingError, http_status)
-from ..evaluation.presets import list_presets, load_preset
+from ..presets import list_presets, load_preset
 from ..explain import Explanation
 from ..schema import DecisionRequest, DecisionResponse
 from .service import Job, PresetRequest, Service
@@ -280,16 +281,23 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
 
 
 def create_app(decider_or_factory: Any, *, settings: ServerSettings | None = None,
-               dispatch: Callable[[Job], Awaitable[Any]] | None = None) -> FastAPI:
+               dispatch: Callable[[Job], Awaitable[Any]] | None = None,
+               collectors: Iterable[Collector] = ()) -> FastAPI:
     """The app for one model: a loaded ``Decider`` (or any object with ``name`` and ``run_many``),
     or a zero-argument factory returning one (loaded in the background; /readyz says when).
 
     ``dispatch``: for a decider that batches downstream (Ray Serve with ``@serve.batch``), a
     coroutine answering one ``Job``; each request is handed to it at once instead of to the
-    micro-batcher (``batching.Unbatched``)."""
+    micro-batcher (``batching.Unbatched``).
+
+    ``collectors``: Prometheus collectors (objects with ``collect()``, and ``describe()``) whose
+    metrics ``/metrics`` shows beside the app's own, in the app's registry (Ray Serve's per-replica
+    counters)."""
     from .. import __version__
 
     service = Service(decider_or_factory, settings or ServerSettings(), dispatch=dispatch)
+    for collector in collectors:
+        service.metrics.registry.register(collector)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]

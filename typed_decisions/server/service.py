@@ -38,7 +38,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import (AuthenticationError, InvalidRequestError, ModelNotFoundError, RateLimitedError,
                       TypedDecisionsError, UnavailableError, http_status)
-from ..evaluation.presets import Preset, load_preset, prepare_preset
+from ..presets import Preset, load_preset, prepare_preset
 from ..fitted import FittedHead
 from ..schema import DecisionRequest, DecisionResponse, json_sha256
 from .batching import MicroBatcher, Unbatched

@@ -38,7 +38,7 @@ JOB_FILE = "_job.json"
 
 
 def _serve_parser() -> argparse.ArgumentParser:
-    from typed_decisions.server.main import serve_parser
+    from typed_decisions.server import serve_parser
 
     p = serve_parser()
     p.prog = "typed-decisions serve --ray"
@@ -75,8 +75,7 @@ def main_serve(argv: list[str]) -> int:
     """``typed-decisions serve --ray ...``: deploy, then block until Ctrl-C."""
     args = _serve_parser().parse_args(argv)
     from typed_decisions.exports import locate
-    from typed_decisions.server.main import settings_from_args
-    from typed_decisions.server.settings import check_exposure
+    from typed_decisions.server import check_exposure, settings_from_args
 
     for flag, value, default in (("--debias", args.debias, "none"), ("--wording", args.wording, "default")):
         if value != default:  # not passed to the replicas yet: refuse rather than ignore

@@ -35,7 +35,7 @@ import pyarrow as pa
 from ray.data import ActorPoolStrategy, Dataset
 
 from typed_decisions.compiler import LabelMode
-from typed_decisions.decider import parse_request
+from typed_decisions import parse_request
 from typed_decisions.errors import InvalidRequestError, TypedDecisionsError
 from typed_decisions.schema import DecisionResponse, Question
 
@@ -63,7 +63,7 @@ class Labeller:
 
     def __init__(self, model: str, questions: Mapping[str, Any], text_column: str, *, threads: int = 1,
                  label_mode: LabelMode = "auto", max_tokens: int | None = None):
-        from typed_decisions.decider import Decider
+        from typed_decisions import Decider
 
         self.questions = parse_questions(questions)
         self.wire = {n: q.model_dump(mode="json", exclude_none=True) for n, q in self.questions.items()}

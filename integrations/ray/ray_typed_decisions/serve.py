@@ -54,10 +54,9 @@ from ray.serve.handle import DeploymentHandle
 
 from typed_decisions.compiler import LabelMode
 from typed_decisions.engine import EngineStats
+from typed_decisions.errors import InvalidRequestError
 from typed_decisions.schema import DecisionRequest, DecisionResponse, json_sha256
-from typed_decisions.server import ServerSettings, create_app
-from typed_decisions.server.batching import answer_each
-from typed_decisions.server.service import Job
+from typed_decisions.server import Job, ServerSettings, answer_each, create_app
 
 CONSISTENT_HASH_ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
 # A replica that died mid-request (killed, OOM, node lost): its requests are pure reads, so they
@@ -109,7 +108,7 @@ class DeciderReplica:
 
     def __init__(self, model: str, threads: int, decider_kwargs: dict[str, Any],
                  max_batch: int = 8, max_wait_s: float = 0.005):
-        from typed_decisions.decider import Decider
+        from typed_decisions import Decider
 
         self.decider = Decider.load(model, threads=threads, **decider_kwargs)
         self.replica = serve.get_replica_context().replica_id.unique_id
@@ -165,6 +164,15 @@ class DeciderReplica:
 
 
 # --------------------------------------------------------------------------- the ingress side
+
+
+def _refuse_heads(heads: Any) -> None:
+    """A fitted preset's heads are not sent to the replicas yet: refuse (422 at params.fitted)
+    rather than answer zero-shot under the head's name."""
+    if heads is not None and any(heads if isinstance(heads, (list, tuple)) else [heads]):
+        raise InvalidRequestError("fitted heads are not served through Ray Serve yet: send params.fitted = 'none' "
+                                  "for the zero-shot readout, or serve the fitted preset with typed-decisions "
+                                  "serve (without --ray)", ("params", "fitted"))
 
 
 def _unwrap(error: RayTaskError) -> BaseException:
@@ -266,8 +274,9 @@ class RemoteDecider:
         self.engine.record(reply)
         return reply.results
 
-    def run_many(self, requests: Sequence[DecisionRequest], *,
-                 label_mode: LabelMode | None = None) -> list[DecisionResponse]:
+    def run_many(self, requests: Sequence[DecisionRequest], *, label_mode: LabelMode | None = None,
+                 heads: Sequence[Any] | None = None) -> list[DecisionResponse]:
+        _refuse_heads(heads)
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
             groups.setdefault(routing_key(r), []).append(i)
@@ -288,6 +297,7 @@ class RemoteDecider:
     async def submit(self, job: Job) -> Any:
         """``batching="serve"``: one job straight to its replica's ``decide`` (``@serve.batch``
         batches there), awaited on the event loop; the server's ``Unbatched`` calls this."""
+        _refuse_heads(job.heads)
         key = routing_key(job.request)
         method = "explain" if job.explain else "decide"
         for attempt in range(REPLICA_RETRIES + 1):
@@ -319,10 +329,8 @@ class IngressReplica:
     async def __serve_build_asgi_app__(self) -> Any:
         info = await self._handle.info.remote()
         remote = RemoteDecider(self._handle, info, affinity=self._affinity)
-        app = create_app(remote, settings=self._settings,
-                         dispatch=remote.submit if self._batching == "serve" else None)
-        app.state.service.metrics.registry.register(ReplicaMetrics(remote.engine))
-        return app
+        return create_app(remote, settings=self._settings, collectors=[ReplicaMetrics(remote.engine)],
+                          dispatch=remote.submit if self._batching == "serve" else None)
 
 
 # --------------------------------------------------------------------------- configuration

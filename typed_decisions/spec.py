@@ -1,10 +1,11 @@
-"""The question spec: one closed question to ask of every row of a labelled set.
+"""The question spec: one closed question to ask of a state, or of every row of a labelled set.
 
 ``QuestionSpec`` says what to ask (type, instructions, options with descriptions) and how a row maps
-to a state and a gold label (``state_field``, ``gold_field``, ``gold_map``). It is the data model
-the rest of ``evaluation/`` shares: datasets (``datasets.py``) carry a default spec, presets
-(``presets.py``) extend it with a policy, and ``run.py`` asks it of every row. It imports only
-pydantic and the package's errors, so every room of ``evaluation/`` can depend on it.
+to a state and a gold label (``state_field``, ``gold_field``, ``gold_map``). Two rooms share it:
+presets (``presets/``) extend it with a policy and serve it, and the evaluation tooling
+(``evaluation/``: datasets carry a default spec, ``run.py`` asks it of every row) measures it. It
+imports only pydantic and the package's errors, so both can depend on it without depending on
+each other.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..errors import InvalidRequestError
+from .errors import InvalidRequestError
 
 __all__ = ["OptionSpec", "QuestionSpec", "shot_rows"]
 

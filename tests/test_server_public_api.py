@@ -1,0 +1,48 @@
+"""The server's public API (``typed_decisions.server.__all__``) is pinned: it is what the
+integrations may use (Ray Serve runs ``create_app`` as its ingress; tests/test_layout.py checks they
+use nothing else). ``create_app(collectors=)`` shows an outside collector's metrics on ``/metrics``.
+Fast tier: a fake decider, no model."""
+
+from __future__ import annotations
+
+from td_optional import require
+
+require("fastapi", "pip install 'typed-decisions-runtime[server]'")
+
+from fastapi.testclient import TestClient  # noqa: E402
+from prometheus_client.core import CounterMetricFamily  # noqa: E402
+
+import td_fakes  # noqa: E402
+import typed_decisions.server as server  # noqa: E402
+
+
+def test_all_is_pinned():
+    assert server.__all__ == ["ApiKey", "Job", "ServerSettings", "answer_each", "check_exposure", "create_app",
+                              "error_response", "load_api_keys", "main", "serve_parser", "settings_from_args"]
+    for name in server.__all__:
+        assert getattr(server, name) is not None
+
+
+class _Replicas:
+    def describe(self):
+        return []
+
+    def collect(self):
+        family = CounterMetricFamily("typed_decisions_replica_calls", "calls per replica", labels=["replica"])
+        family.add_metric(["r1"], 3.0)
+        yield family
+
+
+def test_collectors_show_on_metrics_beside_the_apps_own():
+    app = server.create_app(td_fakes.FakeDecider("fake-model"), collectors=[_Replicas()])
+    with TestClient(app) as c:
+        text = c.get("/metrics").text
+    assert 'typed_decisions_replica_calls_total{replica="r1"} 3.0' in text
+    assert "typed_decisions_http_requests_total" in text  # the app's own, in the same registry
+    with TestClient(server.create_app(td_fakes.FakeDecider("fake-model"))) as c:
+        assert "typed_decisions_replica_calls" not in c.get("/metrics").text  # one registry per app
+
+
+def test_answer_each_isolates_a_failing_item():
+    assert server.answer_each(lambda xs: [10 // x for x in xs], [5, 0, 2])[::2] == [2, 5]
+    assert isinstance(server.answer_each(lambda xs: [10 // x for x in xs], [5, 0, 2])[1], ZeroDivisionError)
