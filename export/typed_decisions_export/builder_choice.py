@@ -1,0 +1,38 @@
+"""Which road writes the backbone: the graph builder (builder/) or the traced torch.onnx export.
+
+`--builder off` (the default in this milestone): traced, as before. `on`: the builder or an error
+naming why not (unknown model_type, a GGUF source, no safetensors) and the fallback. `auto`: the
+builder where it can, else the traced path, with a log line saying why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import ExportError
+
+CHOICES = ("auto", "on", "off")
+
+
+def choose_builder(builder: str, kind: str, path: Path, *, log=print) -> Any | None:
+    """The builder's DecoderSpec for this source, or None for the traced path."""
+    if builder not in CHOICES:
+        raise ExportError(f"builder={builder!r}: choose one of {', '.join(CHOICES)}")
+    if builder == "off":
+        return None
+    from .builder import BuilderError, plan
+    from .builder.errors import FALLBACK
+
+    try:
+        if kind != "hf_folder":
+            raise BuilderError(f"{path.name}: the graph builder reads Hugging Face folders with safetensors; a {kind} "
+                               f"source is not streamed yet; {FALLBACK}")
+        if not any(path.glob("*.safetensors")):
+            raise BuilderError(f"{path}: no *.safetensors files (the graph builder streams safetensors only); {FALLBACK}")
+        return plan(path)
+    except BuilderError as e:
+        if builder == "on":
+            raise
+        log(f"builder: not used ({e}); exporting with the traced path")
+        return None
