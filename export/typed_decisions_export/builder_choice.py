@@ -28,9 +28,10 @@ def choose_builder(builder: str, kind: str, path: Path, *, log=print) -> Any | N
         if kind != "hf_folder":
             raise BuilderError(f"{path.name}: the graph builder reads Hugging Face folders with safetensors; a {kind} "
                                f"source is not streamed yet; {FALLBACK}")
+        spec = plan(path)  # the architecture first: the likelier refusal, and the one a user can act on
         if not any(path.glob("*.safetensors")):
             raise BuilderError(f"{path}: no *.safetensors files (the graph builder streams safetensors only); {FALLBACK}")
-        return plan(path)
+        return spec
     except BuilderError as e:
         if builder == "on":
             raise

@@ -33,6 +33,7 @@ class SafetensorsSource:
             raise WeightError(f"{self.folder}: no *.safetensors files (the graph builder reads safetensors only)")
         self._where: dict[str, Path] = {}
         self._meta: dict[str, tuple[str, tuple[int, ...]]] = {}
+        self._offsets: dict[Path, tuple[int, dict]] = {}  # file -> (data start, header)
         for path in files:
             try:
                 with safe_open(str(path), framework="numpy") as f:
@@ -40,11 +41,9 @@ class SafetensorsSource:
                         s = f.get_slice(name)
                         self._where[name] = path
                         self._meta[name] = (s.get_dtype(), tuple(int(d) for d in s.get_shape()))
-            except WeightError:
-                raise
-            except Exception as e:  # safetensors raises its own error types for a bad header
+            except Exception as e:  # safetensors refuses a truncated file at open: name the first tensor cut
+                self._truncated(path)
                 raise WeightError(f"{path.name}: not a readable safetensors file ({e})") from e
-        self._offsets: dict[Path, tuple[int, dict]] = {}
 
     def names(self) -> list[str]:
         return list(self._where)
@@ -67,6 +66,20 @@ class SafetensorsSource:
                 (n,) = struct.unpack("<Q", f.read(8))
                 self._offsets[path] = (8 + n, json.loads(f.read(n)))
         return self._offsets[path]
+
+    def _truncated(self, path: Path) -> None:
+        """Raise naming the first tensor that ends past the end of `path`, if its header says so."""
+        try:
+            base, header = self._header(path)
+        except (OSError, ValueError, struct.error):
+            return
+        size = path.stat().st_size
+        cut = sorted((v["data_offsets"][1], k) for k, v in header.items()
+                     if k != "__metadata__" and base + v["data_offsets"][1] > size)
+        if cut:
+            end, name = cut[0]
+            raise WeightError(f"tensor {name!r}: {path.name} is truncated ({size} bytes, the tensor ends at byte "
+                              f"{base + end}); download it again")
 
     def _check_extent(self, name: str, path: Path) -> tuple[int, int]:
         """(start, stop) of the tensor's bytes in its file, refused when the file is too short."""
