@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
              "INT8 on VNNI/AMX CPUs, slower than the default without VNNI) (default: %d)" % Int8Options.down_levels,
     )
     parser.add_argument(
-        "--builder", choices=["auto", "on", "off"], default="off",
+        "--builder", choices=["auto", "on", "off"], default="auto",
         help="who writes the backbone graph: 'on' the graph builder (config.json + safetensors streamed tensor by "
              "tensor, no torch model; an error when it cannot), 'auto' the builder where it can, else the traced "
              "export, 'off' the traced torch.onnx export (default: %(default)s)",

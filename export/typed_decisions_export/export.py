@@ -47,7 +47,7 @@ def export_model(
     progress: bool = True,
     force: bool = False,
     int8: Int8Options | None = None,
-    builder: str = "off",
+    builder: str = "auto",
 ) -> dict[str, Any]:
     """Export `source` (HF folder, .gguf file or catalogue name) to `out_dir`; returns the manifest.
 

@@ -136,6 +136,10 @@ def test_builder_graph_equals_traced_graph(pairs, arch):
     (bdir, bman), (tdir, tman) = pairs[arch]["builder"], pairs[arch]["traced"]
     assert bman["self_check"]["passed"] and bman["export"]["graph"] == "builder"
     assert tman["export"]["graph"] == "traced"
+    # the traced 4-D graphs lose one softmax NaN guard per layer (softmax_guard.py); the builder writes none
+    four_d = tman["attention_mask"] == "4d"
+    assert tman["graph_rewrites"]["softmax_nan_guards_dropped"] == (tman["architecture"]["num_layers"] if four_d else 0)
+    assert bman["graph_rewrites"]["softmax_nan_guards_dropped"] == 0
     errors = compare_graphs(bdir / "model.onnx", tdir / "model.onnx")
     assert set(errors) == ({"prefill", "cached_step", "tree"} if bman["attention_mask"] == "4d"
                            else {"prefill", "cached_step", "left_padded"})
@@ -213,6 +217,16 @@ def test_mutated_builder_graph_fails_the_comparison(pairs, spread_folders, tmp_p
     build_backbone(spread_folders[arch], tmp_path / "model.onnx", spec=spec, log=lambda m: None)
     errors = compare_graphs(tmp_path / "model.onnx", traced)
     assert max(errors.values()) > 100 * TOL, errors
+
+
+def test_builder_self_check_catches_a_wrong_graph(spread_folders, tmp_path, monkeypatch):
+    """The export's own self-check (transformers) refuses a builder graph with the RoPE halves swapped."""
+    from typed_decisions_export import SelfCheckError
+
+    monkeypatch.setattr(builder_ops, "rotate_half", _swapped_rotate_half)
+    with pytest.raises(SelfCheckError, match="hidden_rel"):
+        export_model(spread_folders["qwen2"], tmp_path / "bad", progress=False, builder="on")
+    assert not (tmp_path / "bad" / "manifest.json").exists()
 
 
 # --- refusals ----------------------------------------------------------------------------------------

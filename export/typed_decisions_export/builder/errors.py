@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import ExportError
 
-FALLBACK = "export it with the traced path instead (--builder off, the default)"
+FALLBACK = "export it with the traced path instead (--builder off; --builder auto falls back by itself)"
 
 
 class BuilderError(ExportError):
