@@ -52,8 +52,16 @@ def make_folder(model: str, folder: Path) -> Path:
 
     gguf = Path(pull("tiny", progress=False))
     AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+    from safetensors.torch import save_file
+
     model_ = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    model_.save_pretrained(folder)
+    # save_pretrained refuses a model loaded from GGUF: write its config and float32 state dict
+    # (without the LM head when it is the tied embedding) as a plain folder
+    state = model_.state_dict()
+    if model_.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+    model_.config.save_pretrained(folder)
     return folder
 
 
