@@ -1,5 +1,5 @@
 """Command line: `typed-decisions-export SOURCE --out DIR [--quantize int8 [--smooth ALPHA|off]
-[--keep-float N] [--weight-bits 7|8] [--down-levels 1|2]] [--name NAME] [--force]`.
+[--keep-float N] [--weight-bits 7|8] [--down-levels 1|2]] [--builder auto|on|off] [--name NAME] [--force]`.
 
 INT8 activations are always quantized per token: the per-tensor scheme is a documented negative
 control for the tests and studies (export/studies/int8_variants.py), not a user choice.
@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
              "integer GEMMs per down_proj, drift close to float32 down_proj; with --smooth 0.5 the fastest exact "
              "INT8 on VNNI/AMX CPUs, slower than the default without VNNI) (default: %d)" % Int8Options.down_levels,
     )
+    parser.add_argument(
+        "--builder", choices=["auto", "on", "off"], default="auto",
+        help="who writes the backbone graph: 'on' the graph builder (config.json + safetensors streamed tensor by "
+             "tensor, no torch model; an error when it cannot), 'auto' the builder where it can, else the traced "
+             "export, 'off' the traced torch.onnx export (default: %(default)s)",
+    )
     parser.add_argument("--name", default=None, help="model name recorded in the manifest")
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (>= 18)")
     parser.add_argument("--force", action="store_true", help="keep INT8 even when its drift exceeds the threshold")
@@ -95,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.quiet,
             force=args.force,
             int8=int8_options(args),
+            builder=args.builder,
         )
     except ExportError as e:
         print(f"typed-decisions-export: error: {e}", file=sys.stderr)

@@ -3,6 +3,10 @@
 load (transformers, float32) -> tokenizer files -> lm_head.npy -> model.onnx (+ .data) ->
 self-check against PyTorch -> manifest.json last -> optionally INT8 (int8/pipeline.py), which re-checks
 drift and rewrites the manifest. A directory without manifest.json is unfinished and unusable.
+
+With the graph builder (builder=, builder_choice.py) the backbone and the LM head come from the
+safetensors files, tensor by tensor, before transformers loads the model, which it then does only
+for the self-check's references (and frees before ONNX Runtime loads the graph).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from .errors import ExportError, SelfCheckError
-from .loading import load_source
+from .builder_choice import choose_builder
+from .loading import load_model, load_source, load_tokenizer, resolve_source, source_facts
 from .layout import ONNX_FILE, SELF_CHECK_FAILURE_FILE, make_logger, peak_rss_bytes, prepare_out_dir
 from .manifest import (
     LM_HEAD_FILE,
@@ -42,16 +47,16 @@ def export_model(
     progress: bool = True,
     force: bool = False,
     int8: Int8Options | None = None,
+    builder: str = "auto",
 ) -> dict[str, Any]:
     """Export `source` (HF folder, .gguf file or catalogue name) to `out_dir`; returns the manifest.
 
     Raises SelfCheckError (no manifest written) when ONNX Runtime disagrees with PyTorch, and
     QuantizationError when `quantize="int8"` drifts beyond the threshold and `force` is False.
-    `int8` (Int8Options, default: its defaults) is passed to quantize_export.
+    `int8` (Int8Options, default: its defaults) is passed to quantize_export. `builder` ("off",
+    "on", "auto") chooses who writes the backbone graph (builder_choice.py).
     """
     import json
-
-    import torch
 
     if quantize not in (None, "int8"):
         raise ExportError(f"quantize={quantize!r}: the only supported value is 'int8'")
@@ -64,26 +69,13 @@ def export_model(
     t0 = time.perf_counter()
     prepare_out_dir(out_dir)
 
-    loaded = load_source(source, log=log, progress=progress)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    tokenizer_facts = write_tokenizer_files(tokenizer, out_dir)
-
-    lm_head = lm_head_weight(model)  # (V, H)
-    np.save(out_dir / LM_HEAD_FILE, lm_head)
-    log(f"wrote {LM_HEAD_FILE} {lm_head.shape}")
-    lm_shape = lm_head.shape
-    del lm_head
-
-    with torch.no_grad():
-        geometry = export_backbone(model, out_dir / ONNX_FILE, opset=opset, log=log)
-    arch = architecture(model.config, geometry, lm_shape)
-    plan = plan_self_check(tokenizer, out_dir, tokenizer_facts, lm_shape[0])
-    log(f"self-check: transformers reference on {len(plan.reference_sequences())} sequences ...")
-    refs = torch_references(model, plan.reference_sequences(), plan.candidates)
-    source_info, default_name = loaded.source, loaded.default_name
-    # Free the float32 weights before ONNX Runtime loads its own copy (and before INT8 does).
-    del model, tokenizer, loaded
-    gc.collect()
+    resolved = resolve_source(source)
+    spec = choose_builder(builder, resolved[0], resolved[1], log=log)
+    if spec is None:
+        steps = _traced_steps(source, resolved, out_dir, opset=opset, log=log, progress=progress)
+    else:
+        steps = _builder_steps(spec, resolved, out_dir, opset=opset, log=log, progress=progress)
+    geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name = steps
     check = run_self_check(out_dir, ONNX_FILE, arch, plan, refs, log=log)
     if not check["passed"]:
         with open(out_dir / SELF_CHECK_FAILURE_FILE, "w", encoding="utf-8") as f:
@@ -107,7 +99,8 @@ def export_model(
         "tokenizer": tokenizer_facts,
         "source": source_info,
         "versions": package_versions(),
-        "export": {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes()},
+        "export": {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes(),
+                   "graph": "traced" if spec is None else "builder"},
         "self_check": check,
         "files": file_hashes(out_dir),
     }
@@ -117,6 +110,89 @@ def export_model(
         from .int8.pipeline import quantize_export
 
         manifest = quantize_export(out_dir, out_dir, int8, force=force, progress=progress)
-        manifest["export"] = {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes()}
+        manifest["export"] = {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes(),
+                              "graph": "traced" if spec is None else "builder"}
         write_manifest(out_dir, manifest)
     return manifest
+
+
+def _traced_steps(source, resolved, out_dir: Path, *, opset: int, log, progress: bool) -> tuple:
+    """transformers model -> tokenizer files, lm_head.npy, torch.onnx trace, self-check references."""
+    import torch
+
+    loaded = load_source(source, log=log, progress=progress, resolved=resolved)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    tokenizer_facts = write_tokenizer_files(tokenizer, out_dir)
+
+    lm_head = lm_head_weight(model)  # (V, H)
+    np.save(out_dir / LM_HEAD_FILE, lm_head)
+    log(f"wrote {LM_HEAD_FILE} {lm_head.shape}")
+    lm_shape = lm_head.shape
+    del lm_head
+
+    with torch.no_grad():
+        geometry = export_backbone(model, out_dir / ONNX_FILE, opset=opset, log=log)
+    arch = architecture(model.config, geometry, lm_shape)
+    plan = plan_self_check(tokenizer, out_dir, tokenizer_facts, lm_shape[0])
+    log(f"self-check: transformers reference on {len(plan.reference_sequences())} sequences ...")
+    refs = torch_references(model, plan.reference_sequences(), plan.candidates)
+    source_info, default_name = loaded.source, loaded.default_name
+    # Free the float32 weights before ONNX Runtime loads its own copy (and before INT8 does).
+    del model, tokenizer, loaded
+    gc.collect()
+    return geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name
+
+
+def _builder_steps(spec, resolved, out_dir: Path, *, opset: int, log, progress: bool) -> tuple:
+    """Graph builder: tokenizer files, lm_head.npy and the backbone from the safetensors files (no torch
+    model), then transformers once for the self-check's references."""
+    from transformers import AutoConfig
+
+    from .builder import build_backbone, write_lm_head
+
+    kind, path, catalogue_name = resolved
+    source_info, default_name = source_facts(kind, path, catalogue_name, log=log)
+    tokenizer = load_tokenizer(kind, path, log=log)
+    tokenizer_facts = write_tokenizer_files(tokenizer, out_dir)
+    lm_shape = write_lm_head(path, out_dir / LM_HEAD_FILE, spec=spec)
+    log(f"wrote {LM_HEAD_FILE} {lm_shape}")
+    bar = _tensor_bar(progress)
+    try:
+        geometry = build_backbone(path, out_dir / ONNX_FILE, spec=spec, opset=opset, log=log, progress=bar)
+    finally:
+        if progress:
+            bar.close()
+    arch = architecture(AutoConfig.from_pretrained(path, local_files_only=True), geometry, lm_shape)
+    plan = plan_self_check(tokenizer, out_dir, tokenizer_facts, lm_shape[0])
+    log(f"self-check: transformers reference on {len(plan.reference_sequences())} sequences ...")
+    model = load_model(kind, path, log=log)
+    refs = torch_references(model, plan.reference_sequences(), plan.candidates)
+    del model
+    gc.collect()
+    return geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name
+
+
+def _tensor_bar(progress: bool):
+    """A callable(name) that advances a progress bar per written tensor (and has .close())."""
+    if not progress:
+        class _Silent:
+            def __call__(self, name: str) -> None:
+                pass
+
+            def close(self) -> None:
+                pass
+
+        return _Silent()
+    from tqdm import tqdm
+
+    bar = tqdm(desc="builder: tensors", unit=" tensors", file=__import__("sys").stderr, leave=False)
+
+    class _Bar:
+        def __call__(self, name: str) -> None:
+            bar.set_postfix_str(name[-40:], refresh=False)
+            bar.update(1)
+
+        def close(self) -> None:
+            bar.close()
+
+    return _Bar()

@@ -79,24 +79,11 @@ def resolve_source(source: str | Path) -> tuple[str, Path, str | None]:
     return "gguf", pulled.resolve(), name
 
 
-def load_source(source: str | Path, *, log=print, progress: bool = True) -> LoadedModel:
-    """Load the model (with its LM head) and tokenizer of a source, float32, sdpa attention, offline."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+def load_tokenizer(kind: str, path: Path, *, log=print) -> Any:
+    """The fast (tokenizers-backed) transformers tokenizer of a resolved source, offline."""
+    from transformers import AutoTokenizer
 
-    if not progress:
-        hf_logging.disable_progress_bar()  # GGUF de-quantization and weight-loading bars
-
-    kind, path, catalogue_name = resolve_source(source)
-    log(f"hashing source {path} ...")
-    digest = sha256_file(path) if kind == "gguf" else folder_weights_sha256(path)
-    if kind == "gguf":
-        where, kwargs = path.parent, {"gguf_file": path.name}
-        default_name = catalogue_name or path.stem
-    else:
-        where, kwargs = path, {}
-        default_name = path.name
+    where, kwargs = (path.parent, {"gguf_file": path.name}) if kind == "gguf" else (path, {})
     log("loading tokenizer ..." + (" (built from GGUF metadata: slow)" if kind == "gguf" else ""))
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True, **kwargs)
@@ -104,6 +91,15 @@ def load_source(source: str | Path, *, log=print, progress: bool = True) -> Load
         raise ExportError(f"{path}: could not load a tokenizer: {e}") from e
     if not getattr(tokenizer, "is_fast", False) or getattr(tokenizer, "backend_tokenizer", None) is None:
         raise ExportError(f"{path}: only fast (tokenizers-backed) tokenizers can be exported, got {type(tokenizer).__name__}")
+    return tokenizer
+
+
+def load_model(kind: str, path: Path, *, log=print) -> Any:
+    """The causal LM (with its LM head) of a resolved source, float32, sdpa attention, eval mode, offline."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    where, kwargs = (path.parent, {"gguf_file": path.name}) if kind == "gguf" else (path, {})
     log("loading model weights (float32) ...")
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -111,6 +107,28 @@ def load_source(source: str | Path, *, log=print, progress: bool = True) -> Load
         )
     except Exception as e:
         raise ExportError(f"{path}: could not load a causal LM: {e}") from e
-    model.eval()
-    source_info = {"kind": kind, "path": str(path), "sha256": digest, "catalogue_name": catalogue_name}
+    return model.eval()
+
+
+def source_facts(kind: str, path: Path, catalogue_name: str | None, *, log=print) -> tuple[dict[str, Any], str]:
+    """(the manifest's `source`, the default model name) of a resolved source; hashes its weights."""
+    log(f"hashing source {path} ...")
+    digest = sha256_file(path) if kind == "gguf" else folder_weights_sha256(path)
+    default_name = (catalogue_name or path.stem) if kind == "gguf" else path.name
+    return {"kind": kind, "path": str(path), "sha256": digest, "catalogue_name": catalogue_name}, default_name
+
+
+def load_source(source: str | Path, *, log=print, progress: bool = True,
+                resolved: tuple[str, Path, str | None] | None = None) -> LoadedModel:
+    """Load the model (with its LM head) and tokenizer of a source, float32, sdpa attention, offline.
+    `resolved` is `resolve_source(source)` when the caller already has it."""
+    from transformers.utils import logging as hf_logging
+
+    if not progress:
+        hf_logging.disable_progress_bar()  # GGUF de-quantization and weight-loading bars
+
+    kind, path, catalogue_name = resolved or resolve_source(source)
+    source_info, default_name = source_facts(kind, path, catalogue_name, log=log)
+    tokenizer = load_tokenizer(kind, path, log=log)
+    model = load_model(kind, path, log=log)
     return LoadedModel(model=model, tokenizer=tokenizer, source=source_info, default_name=default_name)

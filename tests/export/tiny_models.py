@@ -87,8 +87,12 @@ ARCHES = ["llama", "qwen2", "qwen3", "gemma3", "mistral", "phi3"]
 ADD_BOS = {"llama": True, "gemma3": True}
 
 
-def save_tiny_model(arch: str, folder: Path) -> Path:
-    """Random-weight model + tokenizer saved as a Hugging Face folder (seeded: same weights each run)."""
+def save_tiny_model(arch: str, folder: Path, *, spread_vectors: bool = False) -> Path:
+    """Random-weight model + tokenizer saved as a Hugging Face folder (seeded: same weights each run).
+
+    `spread_vectors`: also randomize every 1-D parameter (norm weights around their init, biases),
+    which random init leaves at exactly 1 or 0, so that a graph that skips a norm weight or a bias
+    differs from one that does not (the graph builder's mutation tests)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -98,6 +102,11 @@ def save_tiny_model(arch: str, folder: Path) -> Path:
     # weak; spread them (and give Gemma's soft-cap of 30 something to cap).
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(50.0 if arch == "gemma3" else 20.0)
+        if spread_vectors:
+            gen = torch.Generator().manual_seed(1)
+            for param in model.parameters():
+                if param.ndim == 1:
+                    param.add_(0.3 * torch.randn(param.shape, generator=gen))
     model.save_pretrained(folder)
     build_tokenizer(add_bos=ADD_BOS.get(arch, False)).save_pretrained(folder)
     return folder

@@ -1,0 +1,105 @@
+"""The graph builder against the traced export, on the same Hugging Face folder, measured with
+`/usr/bin/time -v`: wall seconds and peak RSS of `typed-decisions-export FOLDER --out DIR --builder
+on|off --quiet` (each includes the self-check against transformers), and the largest difference
+between the two graphs' last hidden states and the two directories' Decider probabilities.
+
+Models (small ones only: this is a 2-core shared machine): `tiny-qwen2`, the tests' 2-layer random
+Qwen2 (tests/export/tiny_models.py), and `smollm2`, the catalogue's `tiny` GGUF (SmolLM2-135M-Instruct
+Q4_1) de-quantized to float32 and saved as safetensors by transformers (not part of the timing).
+
+    PYTHONPATH=.:export:tests:tests/export .venv/bin/python benchmarks/builder_vs_traced.py [--work DIR] [--models tiny-qwen2,smollm2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for sub in ("", "export", "tests", "tests/export"):
+    sys.path.insert(0, str(ROOT / sub))
+
+
+def timed(cmd: list[str], log: Path) -> dict[str, float]:
+    """Run `cmd` under /usr/bin/time -v; (wall seconds, peak RSS bytes)."""
+    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
+    log.write_text(done.stdout + done.stderr)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(cmd[:3])} failed, see {log}:\n{done.stderr[-2000:]}")
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", done.stderr).group(1)
+    seconds = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall.split(":"))))
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1)) * 1024
+    return {"seconds": round(seconds, 1), "peak_rss_bytes": rss}
+
+
+def make_folder(model: str, folder: Path) -> Path:
+    if (folder / "config.json").is_file():
+        return folder
+    if model == "tiny-qwen2":
+        from tiny_models import save_tiny_model
+
+        return save_tiny_model("qwen2", folder, spread_vectors=True)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from typed_decisions.models import pull
+
+    gguf = Path(pull("tiny", progress=False))
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+    from safetensors.torch import save_file
+
+    model_ = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # save_pretrained refuses a model loaded from GGUF: write its config and float32 state dict
+    # (without the LM head when it is the tied embedding) as a plain folder
+    state = model_.state_dict()
+    if model_.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+    model_.config.save_pretrained(folder)
+    return folder
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", type=Path, default=Path("/tmp/builder_vs_traced"))
+    ap.add_argument("--models", default="tiny-qwen2,smollm2")
+    args = ap.parse_args()
+    import numpy as np
+
+    from td_invariance import request, vector
+    from typed_decisions.cpu import cpu_class
+    from typed_decisions.decider import Decider
+    from typed_decisions_export.ort_backbone import OrtBackbone
+
+    print(f"CPU class {cpu_class()}, {os.cpu_count()} cores visible")
+    for model in args.models.split(","):
+        folder = make_folder(model, args.work / model / "hf")
+        results = {}
+        for mode in ("off", "on"):
+            out = args.work / model / f"builder-{mode}"
+            shutil.rmtree(out, ignore_errors=True)
+            cmd = [sys.executable, "-m", "typed_decisions_export.cli", str(folder), "--out", str(out),
+                   "--builder", mode, "--quiet"]
+            results[mode] = timed(cmd, args.work / model / f"builder-{mode}.log")
+        a = OrtBackbone(args.work / model / "builder-on" / "model.onnx")
+        b = OrtBackbone(args.work / model / "builder-off" / "model.onnx")
+        ids = list(range(100, 164))
+        hidden = float(np.abs(a.prefill(ids)[0] - b.prefill(ids)[0]).max())
+        states = ["I was charged twice this month.", "Do you offer a discount for schools?"]
+        on = Decider.load(args.work / model / "builder-on")
+        off = Decider.load(args.work / model / "builder-off")
+        probs = max(float(np.abs(vector(x) - vector(y)).max())
+                    for x, y in zip(on.run_many([request(s) for s in states], use_cache=False),
+                                    off.run_many([request(s) for s in states], use_cache=False)))
+        print(json.dumps({"model": model, "traced": results["off"], "builder": results["on"],
+                          "max_abs_hidden_64_tokens": hidden, "max_abs_decider_prob": probs}))
+
+
+if __name__ == "__main__":
+    main()

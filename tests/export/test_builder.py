@@ -1,0 +1,306 @@
+"""The graph builder (export/typed_decisions_export/builder) against the traced export, its oracle.
+
+For every tiny architecture, the same Hugging Face folder (tiny_models.py, with every norm weight
+and bias spread away from its init so that a skipped one shows) is exported twice: the traced
+torch.onnx path (`builder="off"`) and the builder (`builder="on"`). Both directories pass the
+exporter's own self-check against transformers; here the two graphs are compared directly, with the
+same inputs, on hidden states and presents (within 1e-5 of the row's scale): a prefill, a cached
+step on a shared past, and a tree mask (4-D graphs; the 2-D sliding-window graphs take a
+left-padded batch instead), and the Decider's answers from both directories within 1e-5.
+
+Mutation tests: a builder graph with the RoPE halves swapped, the query heads grouped onto the
+wrong KV heads, or Qwen2's q/k/v biases left out must fail that same comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_models import ARCHES, save_tiny_model
+from td_invariance import request, vector
+
+from typed_decisions_export import ExportError, export_model
+from typed_decisions_export.builder import UnsupportedArchitecture, WeightError, build_backbone, plan
+from typed_decisions_export.builder import ops as builder_ops
+from typed_decisions_export.builder.weights import SafetensorsSource
+from typed_decisions_export.builder_choice import choose_builder
+from typed_decisions_export.ort_backbone import OrtBackbone
+
+TOL = 1e-5
+STATES = [
+    "I was charged twice for my subscription this month. Please refund the duplicate charge today.",
+    "Do you offer a discount for schools that buy forty licences at once?",
+    "The app crashes when I open invoices, and the outage started an hour ago.",
+]
+
+
+class _Lazy(dict):
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key):
+        self[key] = self._make(key)
+        return self[key]
+
+
+@pytest.fixture(scope="module")
+def spread_folders(tmp_path_factory):
+    """arch -> tiny HF folder with spread norm weights and biases."""
+    root = tmp_path_factory.mktemp("spread")
+    return _Lazy(lambda arch: save_tiny_model(arch, root / arch, spread_vectors=True))
+
+
+@pytest.fixture(scope="module")
+def pairs(spread_folders, tmp_path_factory):
+    """arch -> {"traced": (dir, manifest), "builder": (dir, manifest)}, each passing its self-check."""
+    root = tmp_path_factory.mktemp("builder_pairs")
+
+    def make(arch):
+        out = {}
+        for mode, flag in (("traced", "off"), ("builder", "on")):
+            d = root / arch / mode
+            out[mode] = (d, export_model(spread_folders[arch], d, name=f"tiny-{arch}", progress=False, builder=flag))
+        return out
+
+    return _Lazy(make)
+
+
+# --- the comparison ---------------------------------------------------------------------------------
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    """max|a - b| / max(1, max|b|): the self-check's scale-aware error."""
+    return float(np.max(np.abs(a.astype(np.float64) - b))) / max(1.0, float(np.max(np.abs(b))))
+
+
+def _tree_feed(ort: OrtBackbone, past: list[np.ndarray], p: int):
+    """5 new tokens after a past of p: parents [-1, 0, 0, 2, -1] (two branches below the first
+    token, a fresh root), each seeing the whole past and its ancestors; positions p + depth."""
+    parents, depth = [-1, 0, 0, 2, -1], [0, 1, 1, 2, 0]
+    t = len(parents)
+    mask = np.zeros((1, 1, t, p + t), bool)
+    mask[..., :p] = True
+    for i in range(t):
+        j = i
+        while j != -1:
+            mask[0, 0, i, p + j] = True
+            j = parents[j]
+    ids = np.array([[41, 42, 43, 44, 45]])
+    return ids, mask, np.array([[p + d for d in depth]]), past
+
+
+def compare_graphs(built: Path, traced: Path) -> dict[str, float]:
+    """Worst scale-aware error of the builder graph against the traced graph, per driving pattern
+    (hidden states of real rows, and every present)."""
+    a, b = OrtBackbone(built), OrtBackbone(traced)
+    assert a.input_names == b.input_names and a.output_names == b.output_names
+    assert a.mask_4d == b.mask_4d
+    ids = list(range(10, 35))  # 25 tokens: longer than the sliding windows of 8
+    errors = {}
+    ha, pa = a.prefill(ids)
+    hb, pb = b.prefill(ids)
+    errors["prefill"] = max(_rel(ha, hb), *(_rel(x, y) for x, y in zip(pa, pb)))
+    n, k = 20, 5
+    _, past = b.prefill(ids[:n])  # the same past (the oracle's) into both graphs
+    feed = (np.array([ids[n:]]), np.ones((1, n + k), np.int64), np.arange(n, n + k)[None], past)
+    (ha, pa), (hb, pb) = a.run(*feed), b.run(*feed)
+    errors["cached_step"] = max(_rel(ha, hb), *(_rel(x, y) for x, y in zip(pa, pb)))
+    if b.mask_4d:  # a tree of new tokens in one row, through the 4-D mask as the engine lays it out
+        ids_t, mask, pos, past_t = _tree_feed(b, past, n)
+        outs = []
+        for ort in (a, b):
+            feed = {"input_ids": ids_t, "attention_mask": mask, "position_ids": pos}
+            feed.update({name: t for name, t in zip(ort.input_names[3:], past_t)})
+            outs.append(ort.session.run(ort.output_names, feed))
+        errors["tree"] = max(_rel(x, y) for x, y in zip(*outs))
+    else:  # left-padded batch: compare the real rows only (a padding row sees nothing)
+        seqs = [ids, ids[5:], ids[12:]]
+        width = len(ids)
+        mask = np.zeros((3, width), np.int64)
+        toks = np.zeros((3, width), np.int64)
+        for r, s in enumerate(seqs):
+            toks[r, width - len(s):], mask[r, width - len(s):] = s, 1
+        pos = np.where(mask == 1, np.cumsum(mask, axis=1) - 1, 1)
+        (ha, _), (hb, _) = a.run(toks, mask, pos), b.run(toks, mask, pos)
+        real = mask.astype(bool)
+        errors["left_padded"] = _rel(ha[real], hb[real])
+    return errors
+
+
+# --- builder = traced, every tiny architecture --------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHES)
+def test_builder_graph_equals_traced_graph(pairs, arch):
+    (bdir, bman), (tdir, tman) = pairs[arch]["builder"], pairs[arch]["traced"]
+    assert bman["self_check"]["passed"] and bman["export"]["graph"] == "builder"
+    assert tman["export"]["graph"] == "traced"
+    # the traced 4-D graphs lose one softmax NaN guard per layer (softmax_guard.py); the builder writes none
+    four_d = tman["attention_mask"] == "4d"
+    assert tman["graph_rewrites"]["softmax_nan_guards_dropped"] == (tman["architecture"]["num_layers"] if four_d else 0)
+    assert bman["graph_rewrites"]["softmax_nan_guards_dropped"] == 0
+    errors = compare_graphs(bdir / "model.onnx", tdir / "model.onnx")
+    assert set(errors) == ({"prefill", "cached_step", "tree"} if bman["attention_mask"] == "4d"
+                           else {"prefill", "cached_step", "left_padded"})
+    assert max(errors.values()) <= TOL, errors
+    # the same manifest facts and files, but for what says how it was made
+    for key in ("format_version", "architecture", "attention_mask", "lm_head", "tokenizer", "dtype", "opset"):
+        assert bman[key] == tman[key], key
+    np.testing.assert_array_equal(np.load(bdir / "lm_head.npy"), np.load(tdir / "lm_head.npy"))
+    assert set(bman["files"]) == set(tman["files"])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_decider_answers_equal(pairs, arch):
+    """Every probability of three requests (choice, noul, score), one at a time and batched."""
+    from typed_decisions.decider import Decider
+
+    built, traced = Decider.load(pairs[arch]["builder"][0]), Decider.load(pairs[arch]["traced"][0])
+    requests = [request(s) for s in STATES]
+    ref = np.stack([vector(r) for r in traced.run_many(requests, use_cache=False)])
+    alone = np.stack([vector(built.run(r)) for r in requests])
+    batched = np.stack([vector(r) for r in built.run_many(requests, use_cache=False)])
+    assert np.abs(alone - ref).max() <= TOL and np.abs(batched - ref).max() <= TOL
+    assert np.abs(ref[:, :3] - 1 / 3).max() > 0.05  # not a vacuous match of flat answers
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "phi3"])
+def test_int8_sees_the_same_down_proj(pairs, arch):
+    """INT8 keeps each layer's down_proj float32, found by the module scope the dynamo exporter
+    records; the builder writes the same scopes, so both graphs keep the same MatMuls."""
+    from typed_decisions_export.int8.smoothquant import excluded_nodes
+
+    _, built = excluded_nodes(pairs[arch]["builder"][0] / "model.onnx")
+    _, traced = excluded_nodes(pairs[arch]["traced"][0] / "model.onnx")
+    assert built == traced and len(built) == 2
+
+
+# --- mutations the comparison must catch ------------------------------------------------------------
+def _swapped_rotate_half(g, x, rotary_dim):
+    half = rotary_dim // 2
+    x1 = g.op("Slice", [x, g.const([0]), g.const([half]), g.const([-1])])
+    x2 = g.op("Slice", [x, g.const([half]), g.const([rotary_dim]), g.const([-1])])
+    return g.op("Concat", [x2, g.op("Neg", [x1])], axis=-1)  # (x2, -x1) instead of (-x2, x1)
+
+
+def _modulo_group(g, q, num_kv_heads, n_rep, head_dim):  # head j reads KV head j % kv, not j // r
+    return g.op("Transpose", [g.op("Reshape", [q, g.const([0, n_rep, num_kv_heads, -1, head_dim])])],
+                perm=[0, 2, 1, 3, 4])
+
+
+def _modulo_ungroup(g, x, num_heads, head_dim):
+    return g.op("Reshape", [g.op("Transpose", [x], perm=[0, 2, 1, 3, 4]), g.const([0, num_heads, -1, head_dim])])
+
+
+def _without_qkv_bias(spec):
+    from dataclasses import replace
+
+    layers = tuple(replace(layer, q=replace(layer.q, bias=None), k=replace(layer.k, bias=None),
+                           v=replace(layer.v, bias=None)) for layer in spec.layers)
+    return replace(spec, layers=layers)
+
+
+@pytest.mark.parametrize("mutation", ["rope_half_swapped", "gqa_grouping", "qkv_bias_missing"])
+def test_mutated_builder_graph_fails_the_comparison(pairs, spread_folders, tmp_path, monkeypatch, mutation):
+    arch = "qwen2"  # GQA (4 heads on 2), q/k/v biases, RoPE
+    traced = pairs[arch]["traced"][0] / "model.onnx"  # exported before anything is patched
+    spec = plan(spread_folders[arch])
+    if mutation == "rope_half_swapped":
+        monkeypatch.setattr(builder_ops, "rotate_half", _swapped_rotate_half)
+    elif mutation == "gqa_grouping":
+        monkeypatch.setattr(builder_ops, "group_queries", _modulo_group)
+        monkeypatch.setattr(builder_ops, "ungroup_queries", _modulo_ungroup)
+    else:
+        assert all(layer.q.bias and layer.k.bias and layer.v.bias for layer in spec.layers)
+        spec = _without_qkv_bias(spec)
+    build_backbone(spread_folders[arch], tmp_path / "model.onnx", spec=spec, log=lambda m: None)
+    errors = compare_graphs(tmp_path / "model.onnx", traced)
+    assert max(errors.values()) > 100 * TOL, errors
+
+
+def test_builder_self_check_catches_a_wrong_graph(spread_folders, tmp_path, monkeypatch):
+    """The export's own self-check (transformers) refuses a builder graph with the RoPE halves swapped."""
+    from typed_decisions_export import SelfCheckError
+
+    monkeypatch.setattr(builder_ops, "rotate_half", _swapped_rotate_half)
+    with pytest.raises(SelfCheckError, match="hidden_rel"):
+        export_model(spread_folders["qwen2"], tmp_path / "bad", progress=False, builder="on")
+    assert not (tmp_path / "bad" / "manifest.json").exists()
+
+
+# --- refusals ----------------------------------------------------------------------------------------
+def test_unknown_architecture_names_the_fallback(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
+    with pytest.raises(UnsupportedArchitecture, match=r"'gpt2'.*--builder off"):
+        plan(tmp_path)
+    with pytest.raises(UnsupportedArchitecture, match="gpt2"):
+        choose_builder("on", "hf_folder", tmp_path.resolve())
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    lines = []
+    assert choose_builder("auto", "hf_folder", tmp_path.resolve(), log=lines.append) is None
+    assert "traced" in lines[0] and "gpt2" in lines[0]
+    assert choose_builder("off", "hf_folder", tmp_path.resolve()) is None
+
+
+def test_gguf_source_is_refused_by_builder_on(tmp_path):
+    fake = tmp_path / "m.gguf"
+    fake.write_bytes(b"GGUF")
+    with pytest.raises(ExportError, match=r"gguf source is not streamed yet.*--builder off"):
+        export_model(fake, tmp_path / "out", builder="on", progress=False)
+    with pytest.raises(ExportError, match="choose one of"):
+        export_model(fake, tmp_path / "out", builder="maybe", progress=False)
+
+
+def test_truncated_or_missing_tensor_is_named(spread_folders, tmp_path):
+    import shutil
+
+    folder = tmp_path / "cut"
+    shutil.copytree(spread_folders["qwen2"], folder)
+    weights = folder / "model.safetensors"
+    header_len = struct.unpack("<Q", weights.read_bytes()[:8])[0]
+    header = json.loads(weights.read_bytes()[8:8 + header_len])
+    last = max((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][1])
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-16])
+    with pytest.raises(WeightError, match=rf"{last}.*truncated"):
+        SafetensorsSource(folder)
+    weights.write_bytes(data)
+    source = SafetensorsSource(folder)
+    with pytest.raises(WeightError, match="'model.layers.9.mlp.up_proj.weight' is not in"):
+        source.get("model.layers.9.mlp.up_proj.weight")
+    with pytest.raises(WeightError, match=r"shape \[64\], the config implies \[32\]"):
+        source.get("model.norm.weight", (32,))
+
+
+def test_bf16_tensors_widen_exactly(tmp_path):
+    """numpy has no bfloat16: the reader widens the stored halves; torch is the oracle."""
+    import torch
+    from safetensors.torch import save_file
+
+    x = torch.randn(7, 5).to(torch.bfloat16)
+    save_file({"w": x}, str(tmp_path / "model.safetensors"))
+    np.testing.assert_array_equal(SafetensorsSource(tmp_path).get("w"), x.float().numpy())
+
+
+@pytest.mark.parametrize("params", [
+    {"rope_type": "default", "rope_theta": 10000.0},
+    {"rope_type": "default", "rope_theta": 1000000.0},
+    {"rope_type": "linear", "rope_theta": 10000.0, "factor": 8.0},
+    {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+])
+def test_rope_inverse_frequencies_match_transformers(params):
+    """Our numpy inverse frequencies against transformers' own rope init functions."""
+    import transformers as tf
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from typed_decisions_export.builder.rope import inv_freq
+
+    config = tf.LlamaConfig(hidden_size=256, num_attention_heads=2, max_position_embeddings=131072,
+                            rope_parameters=dict(params))
+    if params["rope_type"] == "default":
+        ref, _ = tf.models.llama.modeling_llama.LlamaRotaryEmbedding.compute_default_rope_parameters(config)
+    else:
+        ref, _ = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, "cpu")
+    np.testing.assert_allclose(inv_freq(params, 128).inv_freq, ref.numpy(), rtol=2e-7, atol=0)
