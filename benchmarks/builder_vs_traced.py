@@ -3,11 +3,14 @@
 on|off --quiet` (each includes the self-check against transformers), and the largest difference
 between the two graphs' last hidden states and the two directories' Decider probabilities.
 
-Models (small ones only: this is a 2-core shared machine): `tiny-qwen2`, the tests' 2-layer random
-Qwen2 (tests/export/tiny_models.py), and `smollm2`, the catalogue's `tiny` GGUF (SmolLM2-135M-Instruct
-Q4_1) de-quantized to float32 and saved as safetensors by transformers (not part of the timing).
+Models (small ones only: this is a 2-core shared machine): `smollm2`, the catalogue's `tiny` GGUF
+(SmolLM2-135M-Instruct Q4_1) de-quantized to float32 and saved as safetensors by transformers (not
+part of the timing), and any Hugging Face folder given as ``--folder NAME=PATH`` (e.g. one of the
+tests' tiny random models, ``tests/export/tiny_models.py``).
 
-    PYTHONPATH=.:export:tests:tests/export .venv/bin/python benchmarks/builder_vs_traced.py [--work DIR] [--models tiny-qwen2,smollm2]
+    python -m benchmarks.builder_vs_traced [--work DIR] [--models smollm2] [--folder tiny-qwen2=/tmp/q]
+
+writes benchmarks/results/builder_vs_traced/<model>-<cpuclass>-<date>.json (``harness.write_result``).
 """
 
 from __future__ import annotations
@@ -21,9 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for sub in ("", "export", "tests", "tests/export"):
-    sys.path.insert(0, str(ROOT / sub))
+from benchmarks import harness
 
 
 def timed(cmd: list[str], log: Path) -> dict[str, float]:
@@ -41,10 +42,8 @@ def timed(cmd: list[str], log: Path) -> dict[str, float]:
 def make_folder(model: str, folder: Path) -> Path:
     if (folder / "config.json").is_file():
         return folder
-    if model == "tiny-qwen2":
-        from tiny_models import save_tiny_model
-
-        return save_tiny_model("qwen2", folder, spread_vectors=True)
+    if model != "smollm2":
+        raise SystemExit(f"unknown model {model!r}: smollm2, or give its folder with --folder {model}=PATH")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -68,18 +67,24 @@ def make_folder(model: str, folder: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", type=Path, default=Path("/tmp/builder_vs_traced"))
-    ap.add_argument("--models", default="tiny-qwen2,smollm2")
+    ap.add_argument("--models", default="smollm2")
+    ap.add_argument("--folder", action="append", default=[], metavar="NAME=PATH",
+                    help="a Hugging Face folder to measure as NAME (repeatable)")
+    harness.common_args(ap, threads=None)
     args = ap.parse_args()
+    load_start = os.getloadavg()
     import numpy as np
-
-    from td_invariance import request, vector
-    from typed_decisions.cpu import cpu_class
-    from typed_decisions.decider import Decider
     from typed_decisions_export.ort_backbone import OrtBackbone
 
+    from benchmarks.invariance import request, vector
+    from typed_decisions.cpu import cpu_class
+    from typed_decisions.decider import Decider
+
     print(f"CPU class {cpu_class()}, {os.cpu_count()} cores visible")
-    for model in args.models.split(","):
-        folder = make_folder(model, args.work / model / "hf")
+    given = dict(f.split("=", 1) for f in args.folder)
+    runs = {}
+    for model in [*[m for m in args.models.split(",") if m], *given]:
+        folder = Path(given[model]) if model in given else make_folder(model, args.work / model / "hf")
         results = {}
         for mode in ("off", "on"):
             out = args.work / model / f"builder-{mode}"
@@ -97,8 +102,12 @@ def main() -> None:
         probs = max(float(np.abs(vector(x) - vector(y)).max())
                     for x, y in zip(on.run_many([request(s) for s in states], use_cache=False),
                                     off.run_many([request(s) for s in states], use_cache=False)))
-        print(json.dumps({"model": model, "traced": results["off"], "builder": results["on"],
-                          "max_abs_hidden_64_tokens": hidden, "max_abs_decider_prob": probs}))
+        runs[model] = {"traced": results["off"], "builder": results["on"],
+                       "max_abs_hidden_64_tokens": hidden, "max_abs_decider_prob": probs}
+        print(json.dumps({"model": model, **runs[model]}))
+    path = harness.write_result("builder_vs_traced", "+".join(runs), runs, out=args.out, load_avg_start=load_start,
+                                command=harness.command("benchmarks.builder_vs_traced"))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
