@@ -14,36 +14,37 @@ from pathlib import Path
 
 import pytest
 
-from typed_decisions.evaluation import datasets as ds
 from typed_decisions.errors import ModelDownloadError, ModelIntegrityError
+from typed_decisions.evaluation import datasets as ds
+from typed_decisions.evaluation import parsers as ps
 
 
 def test_parse_trec_maps_coarse_classes_and_refuses_bad_lines():
-    rows = ds.parse_trec(b"ABBR:exp What is .com ?\nLOC:city Where is X ?\n\n")
+    rows = ps.parse_trec(b"ABBR:exp What is .com ?\nLOC:city Where is X ?\n\n")
     assert [r["gold"] for r in rows] == ["abbreviation", "location"]
     assert rows[0]["state"] == "What is .com ?" and rows[0]["fine"] == "exp"
     with pytest.raises(ValueError, match="line 1"):
-        ds.parse_trec(b"XYZ:foo What ?\n")
+        ps.parse_trec(b"XYZ:foo What ?\n")
 
 
 def test_parse_sms_spam_quoted_commas():
-    rows = ds.parse_sms_spam(b',spam,text\n0,0,"Hi, see you"\n1,1,"FREE, call now"\n')
+    rows = ps.parse_sms_spam(b',spam,text\n0,0,"Hi, see you"\n1,1,"FREE, call now"\n')
     assert rows == [{"state": "Hi, see you", "gold": "no"}, {"state": "FREE, call now", "gold": "yes"}]
 
 
 def test_parse_hutto_bins_ratings_into_five_levels():
     data = b"id\tsentiment\ttext\r\n1\t-3.1\tawful\r\n2\t-1\tmeh bad\r\n3\t0.5\tok\r\n4\t1.2\tnice\r\n5\t2.01\tsuperb\r\n"
-    rows = ds.parse_hutto(data)
+    rows = ps.parse_hutto(data)
     assert [r["gold"] for r in rows] == ["very negative", "negative", "neutral", "positive", "very positive"]
     assert rows[0]["rating"] == -3.1
     with pytest.raises(ValueError, match="header"):
-        ds.parse_hutto(b"1\t2\tx\n")
+        ps.parse_hutto(b"1\t2\tx\n")
 
 
 def test_parse_rotten_tomatoes_drops_plot_rows():
     csv_text = ('category,filename,text,movie_name\nplot,a.html,"A plot, long",M\n'
                 'fresh,b,Great fun.,M\nrotten,c,"Dull, slow.",N\n')
-    rows = ds.parse_rotten_tomatoes(bz2.compress(csv_text.encode()))
+    rows = ps.parse_rotten_tomatoes(bz2.compress(csv_text.encode()))
     assert [(r["state"], r["gold"]) for r in rows] == [("Great fun.", "positive"), ("Dull, slow.", "negative")]
 
 
@@ -57,7 +58,7 @@ def test_splits_are_fixed_disjoint_and_about_30_percent():
     assert ds.rows_for("demo", rows[::-1], "test", limit=5) == test[:5]
     # pinned: a change of the hash recipe would silently move rows between splits
     assert ds.split_of("demo", "text 0") == ds.split_of("demo", "text 0")
-    h = int(hashlib.sha256("typed-decisions/demo\0text 0".encode()).hexdigest()[:16], 16) / 2**64
+    h = int(hashlib.sha256(b"typed-decisions/demo\0text 0").hexdigest()[:16], 16) / 2**64
     assert ds.split_of("demo", "text 0") == ("calibration" if h < 0.3 else "test")
 
 
@@ -96,36 +97,36 @@ def test_every_dataset_question_matches_its_gold_labels():
 
 
 def test_parse_trec_fine_maps_all_fifty_classes_and_refuses_an_unknown_one():
-    lines = "".join(f"{label} question {i} ?\n" for i, label in enumerate(ds.TREC_FINE_CLASSES))
-    rows = ds.parse_trec_fine(lines.encode())
-    assert [r["gold"] for r in rows] == list(ds.TREC_FINE_CLASSES.values())
-    assert len(set(ds.TREC_FINE_CLASSES.values())) == 50 and rows[0]["coarse"] == "abbreviation"
+    lines = "".join(f"{label} question {i} ?\n" for i, label in enumerate(ps.TREC_FINE_CLASSES))
+    rows = ps.parse_trec_fine(lines.encode())
+    assert [r["gold"] for r in rows] == list(ps.TREC_FINE_CLASSES.values())
+    assert len(set(ps.TREC_FINE_CLASSES.values())) == 50 and rows[0]["coarse"] == "abbreviation"
     with pytest.raises(ValueError, match="fine class 'NUM:shoe'"):
-        ds.parse_trec_fine(b"NUM:shoe What size ?\n")
+        ps.parse_trec_fine(b"NUM:shoe What size ?\n")
 
 
 def test_parse_hutto_3_uses_the_middle_bin_edges():
     data = b"id\tsentiment\ttext\n1\t-0.6\ta\n2\t-0.5\tb\n3\t0.5\tc\n4\t0.6\td\n5\t-3.5\te\n"
-    assert [r["gold"] for r in ds.parse_hutto_3(data)] == ["negative", "neutral", "neutral", "positive", "negative"]
+    assert [r["gold"] for r in ps.parse_hutto_3(data)] == ["negative", "neutral", "neutral", "positive", "negative"]
     # consistent with the 5 levels: negative = the two lowest, positive = the two highest
-    five = [ds.score_level(r) for r in (-3.0, -1.0, 0.0, 1.0, 3.0)]
-    three = [ds.score_level_3(r) for r in (-3.0, -1.0, 0.0, 1.0, 3.0)]
+    five = [ps.score_level(r) for r in (-3.0, -1.0, 0.0, 1.0, 3.0)]
+    three = [ps.score_level_3(r) for r in (-3.0, -1.0, 0.0, 1.0, 3.0)]
     assert [(0, 0, 1, 2, 2)[f] for f in five] == three
 
 
 def test_parse_convention_speeches_keeps_long_ones_and_cuts_them():
-    n_min, n_max = ds.SPEECH_MIN_WORDS, ds.SPEECH_MAX_WORDS
+    n_min, n_max = ps.SPEECH_MIN_WORDS, ps.SPEECH_MAX_WORDS
     long_text = " ".join(f"w{i}" for i in range(n_max + 50))
     exact = " ".join(["x"] * n_min)
     data = (f'party,speaker,text\ndemocrat,A,"{long_text}"\nrepublican,B,"{exact}"\n'
             f'democrat,C,"too short"\n').encode()
-    rows = ds.parse_convention_speeches(data)
+    rows = ps.parse_convention_speeches(data)
     assert [(r["gold"], r["speaker"], r["words"]) for r in rows] == [("democratic", "A", n_max + 50),
                                                                      ("republican", "B", n_min)]
     assert rows[0]["state"].split()[:-1] == long_text.split()[:n_max] and rows[0]["state"].endswith(" [...]")
     assert rows[1]["state"] == exact  # not cut, not marked
     with pytest.raises(ValueError, match="row 2: party"):
-        ds.parse_convention_speeches(b"party,speaker,text\ngreen,A,hello\n")
+        ps.parse_convention_speeches(b"party,speaker,text\ngreen,A,hello\n")
 
 
 def _bigbench(examples):
@@ -137,16 +138,16 @@ def test_parse_causal_judgment_splits_story_and_final_question():
         {"input": "Ann flipped the switch. Did Ann's choice matter? The lamp lit. Did Ann cause the light?",
          "target_scores": {"Yes": 1, "No": 0}},
         {"input": 'Bob said "go!" and ran. Did Bob run intentionally?', "target_scores": {"Yes": 0, "No": 1}}])
-    rows = ds.parse_causal_judgment(data)
+    rows = ps.parse_causal_judgment(data)
     assert rows[0]["state"] == "Ann flipped the switch. Did Ann's choice matter? The lamp lit."
-    assert rows[0]["question"] == ds.CAUSAL_QUESTION.format(question="Did Ann cause the light?")
+    assert rows[0]["question"] == ps.CAUSAL_QUESTION.format(question="Did Ann cause the light?")
     assert [r["gold"] for r in rows] == ["yes", "no"] and rows[1]["state"] == 'Bob said "go!" and ran.'
     with pytest.raises(ValueError, match="no final question"):
-        ds.parse_causal_judgment(_bigbench([{"input": "No question here.", "target_scores": {"Yes": 1, "No": 0}}]))
+        ps.parse_causal_judgment(_bigbench([{"input": "No question here.", "target_scores": {"Yes": 1, "No": 0}}]))
     with pytest.raises(ValueError, match="exactly one target"):
-        ds.parse_causal_judgment(_bigbench([{"input": "A. B?", "target_scores": {"Yes": 1, "No": 1}}]))
+        ps.parse_causal_judgment(_bigbench([{"input": "A. B?", "target_scores": {"Yes": 1, "No": 1}}]))
     with pytest.raises(ValueError, match="must score exactly"):
-        ds.parse_causal_judgment(_bigbench([{"input": "A. B?", "target_scores": {"Maybe": 1, "No": 0}}]))
+        ps.parse_causal_judgment(_bigbench([{"input": "A. B?", "target_scores": {"Maybe": 1, "No": 0}}]))
 
 
 def test_parse_vitaminc_passage_is_state_claim_is_the_question():
@@ -154,14 +155,14 @@ def test_parse_vitaminc_passage_is_state_claim_is_the_question():
                        "target_scores": {"True": 1, "False": 0, "Neither": 0}},
                       {"input": "Film: It grossed $5 million .\nClaim: It won an award .",
                        "target_scores": {"True": 0, "False": 0, "Neither": 1}}])
-    rows = ds.parse_vitaminc(data)
+    rows = ps.parse_vitaminc(data)
     assert [r["state"] for r in rows] == ["Film: It grossed $5 million ."] * 2
     assert [r["gold"] for r in rows] == ["true", "neither"]
-    assert rows[1]["question"] == ds.VITAMINC_QUESTION.format(claim="It won an award .")
+    assert rows[1]["question"] == ps.VITAMINC_QUESTION.format(claim="It won an award .")
     # one passage, two claims: two rows, neither dropped as "the same state with two labels"
     assert len(ds.dedupe(rows)) == 2 and ds.row_key(rows[0]) != ds.row_key(rows[1])
     with pytest.raises(ValueError, match="Claim"):
-        ds.parse_vitaminc(_bigbench([{"input": "no claim", "target_scores": {"True": 1, "False": 0, "Neither": 0}}]))
+        ps.parse_vitaminc(_bigbench([{"input": "no claim", "target_scores": {"True": 1, "False": 0, "Neither": 0}}]))
 
 
 def test_rows_with_questions_split_on_question_and_passage():
@@ -236,10 +237,10 @@ def test_real_datasets_fetch_parse_and_split():
             spec.question.gold_index(r, n)
             if spec.question.instructions_field:
                 assert spec.question.row_request("m", r, n)["questions"][spec.question.name]["instructions"] == r["question"]
-    raw = ds.parse_sms_spam(ds.fetch(ds.FILES["sms-spam"]).read_bytes())
+    raw = ps.parse_sms_spam(ds.fetch(ds.FILES["sms-spam"]).read_bytes())
     assert sum(r["gold"] == "yes" for r in raw) == 638
     speeches = ds.load_dataset("convention-speeches", "all").rows
-    assert min(r["words"] for r in speeches) >= ds.SPEECH_MIN_WORDS
+    assert min(r["words"] for r in speeches) >= ps.SPEECH_MIN_WORDS
 
 
 def test_a_row_question_goes_into_instructions_and_the_passage_stays_the_state():
