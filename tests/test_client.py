@@ -19,8 +19,8 @@ import pytest
 from typed_decisions import client
 from typed_decisions.client import Backend, LocalBackend, RemoteBackend, make_backend
 from typed_decisions.errors import (AuthenticationError, EngineError, InvalidRequestError,
-                                    ModelNotFoundError, ServerBusyError, TypedDecisionsError,
-                                    UnavailableError)
+                                    ModelNotFoundError, RateLimitedError, ServerBusyError,
+                                    TypedDecisionsError, UnavailableError)
 from typed_decisions.schema import DecisionResponse, NoulAnswer, Usage
 
 URGENT = {"type": "noul", "instructions": "Urgent?"}
@@ -46,17 +46,29 @@ def wire(state: str, model: str | None = "fake") -> dict[str, Any]:
     return {**({"model": model} if model else {}), "state": state, "questions": {"urgent": URGENT}}
 
 
+def _refusal(error_type: str, message: str) -> dict[str, Any]:
+    return {"detail": {"error_type": error_type, "message": message}}
+
+
 def server(decider: EchoDecider, seen: list[httpx.Request], key: str = "k-1") -> httpx.MockTransport:
     """A System One server: 401 without the key; the state picks an error; else the decider's answer."""
     errors = {
         "bad": (422, {}, {"detail": [{"loc": ["body", "questions", "urgent", "instructions"],
                                       "msg": "is empty", "type": "invalid_request"},
                                      {"loc": ["body", "state"], "msg": "too long", "type": "x"}]}),
-        "busy": (429, {"retry-after": "3"}, {"detail": [{"loc": [], "msg": "queue full"}]}),
+        # the server's shape for everything but a 422: {"detail": {"error_type", "message"}}
+        "busy": (429, {"retry-after": "3"}, _refusal("server_busy_error", "queue full")),
+        "limited": (429, {"retry-after": "2", "x-limit-hit": "key_concurrency"},
+                    _refusal("rate_limited_error", "key_concurrency = 1 reached")),
+        "loading": (503, {"retry-after": "5"}, _refusal("unavailable_error", "loading")),
+        "unknown": (404, {}, _refusal("model_not_found_error", "model 'x' is not served here")),
+        "crash": (500, {}, _refusal("internal_error", "internal error; the server log has the details")),
+        "odd-type": (404, {}, _refusal("rate_limited_error", "no such thing")),  # the status wins
+        # other servers' (and older typed-decisions') shapes still become one message
         "busy-date": (429, {"retry-after": "Wed, 21 Oct 2026 07:28:00 GMT"}, {"detail": []}),
-        "loading": (503, {"retry-after": "5"}, {"detail": [{"loc": [], "msg": "loading"}]}),
-        "unknown": (404, {}, {"detail": "model 'x' not found"}),
-        "crash": (500, {}, {"detail": [{"loc": [], "msg": "onnxruntime failed"}]}),
+        "loading-list": (503, {"retry-after": "5"}, {"detail": [{"loc": [], "msg": "loading"}]}),
+        "unknown-text": (404, {}, {"detail": "model 'x' not found"}),
+        "crash-list": (500, {}, {"detail": [{"loc": [], "msg": "onnxruntime failed"}]}),
         "gateway": (502, {}, None),
         "teapot": (418, {}, {"detail": [{"loc": [], "msg": "short and stout"}]}),
     }
@@ -64,7 +76,7 @@ def server(decider: EchoDecider, seen: list[httpx.Request], key: str = "k-1") ->
     def handle(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         if request.headers.get("authorization") != f"Bearer {key}":
-            return httpx.Response(401, json={"detail": [{"loc": [], "msg": "unknown key"}]})
+            return httpx.Response(401, json=_refusal("authentication_error", "unknown key"))
         body = json.loads(request.content)
         if body["state"] in errors:
             status, headers, payload = errors[body["state"]]
@@ -174,10 +186,15 @@ def test_422_becomes_invalid_request_with_field_paths(remote) -> None:
 
 @pytest.mark.parametrize("state, cls, message, retry", [
     ("busy", ServerBusyError, "server answered 429: queue full", 3.0),
-    ("busy-date", ServerBusyError, "server answered 429", 1.0),
+    ("limited", RateLimitedError, "server answered 429: key_concurrency = 1 reached", 2.0),
     ("loading", UnavailableError, "server answered 503: loading", 5.0),
-    ("unknown", ModelNotFoundError, "server answered 404: model 'x' not found", None),
-    ("crash", EngineError, "server answered 500: onnxruntime failed", None),
+    ("unknown", ModelNotFoundError, "server answered 404: model 'x' is not served here", None),
+    ("crash", EngineError, "server answered 500: internal error; the server log has the details", None),
+    ("odd-type", ModelNotFoundError, "server answered 404: no such thing", None),
+    ("busy-date", ServerBusyError, "server answered 429", 1.0),
+    ("loading-list", UnavailableError, "server answered 503: loading", 5.0),
+    ("unknown-text", ModelNotFoundError, "server answered 404: model 'x' not found", None),
+    ("crash-list", EngineError, "server answered 500: onnxruntime failed", None),
     ("gateway", EngineError, "server answered 502: Bad Gateway from the proxy", None),
     ("teapot", TypedDecisionsError, "server answered 418: short and stout", None),
 ])
@@ -185,9 +202,11 @@ def test_http_errors_become_runtime_errors(remote, state, cls, message, retry) -
     backend, _, _ = remote
     with pytest.raises(TypedDecisionsError) as e:
         asyncio.run(backend.arun_many([wire("fine"), wire(state)]))
-    assert type(e.value) is cls and str(e.value).startswith(message)
+    assert type(e.value) is cls and str(e.value).startswith(message), (type(e.value), str(e.value))
     if retry is not None:
         assert e.value.retry_after_s == retry
+    if cls is RateLimitedError:
+        assert e.value.limit == "key_concurrency"
 
 
 def test_remote_close_reopens(remote) -> None:

@@ -79,12 +79,26 @@ def _client(decider: Any = None, **settings: Any) -> Iterator[TestClient]:
 
 
 def _detail(response: httpx.Response) -> list[dict[str, Any]]:
+    """A 422's items: FastAPI's list, which the spec (errors.validation-shape) and typesafe-sdk read."""
+    assert response.status_code == 422, (response.status_code, response.text)
     body = response.json()
-    assert set(body) == {"detail"} and isinstance(body["detail"], list), body
+    assert set(body) == {"detail"} and isinstance(body["detail"], list) and body["detail"], body
     for item in body["detail"]:
         assert set(item) == {"loc", "msg", "type"} and isinstance(item["msg"], str), item
+        assert item["loc"][:1] == ["body"], item
     assert "Traceback" not in response.text
     return body["detail"]
+
+
+def _error(response: httpx.Response, error_type: str) -> str:
+    """Any other error's message: ``{"detail": {"error_type", "message"}}`` (the spec's
+    errors.shape), with exactly the ``error_type`` expected."""
+    assert response.status_code != 422 and response.status_code >= 400, (response.status_code, response.text)
+    body = response.json()
+    assert body == {"detail": {"error_type": error_type, "message": body["detail"]["message"]}}, body
+    assert isinstance(body["detail"]["message"], str) and body["detail"]["message"], body
+    assert "Traceback" not in response.text
+    return body["detail"]["message"]
 
 
 # --------------------------------------------------------------------------- plain routes
@@ -101,7 +115,9 @@ def test_health_ready_models_and_request_ids():
         ids = {c.get(path).headers[RID] for path in ("/healthz", "/readyz", "/metrics", "/nope")}
         assert len(ids) == 4 and all(i.startswith("req_") for i in ids)
         missing = c.get("/nope")
-        assert missing.status_code == 404 and _detail(missing)
+        assert missing.status_code == 404 and "GET /nope" in _error(missing, "not_found_error")
+        wrong = c.get("/v1/systemone")
+        assert wrong.status_code == 405 and _error(wrong, "method_not_allowed_error")
 
 
 def test_default_release_date_is_a_date_and_default_alias_is_jev_latest():
@@ -141,9 +157,8 @@ def test_auth_on(tmp_path):
     with _client(api_keys=load_api_keys(keys)) as c:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic sk-alice"}):
             r = c.post("/v1/systemone", json=REQUEST, headers=headers)
-            assert r.status_code == 401 and r.headers[RID]
-            (d,) = _detail(r)
-            assert d["loc"] == ["header", "authorization"] and "API key" in d["msg"]
+            assert r.status_code == 401 and r.headers[RID] and r.headers["www-authenticate"] == "Bearer"
+            assert "API key" in _error(r, "authentication_error")
         assert c.get("/v1/models").status_code == 401
         for key in ("sk-alice", "sk-bob"):
             assert c.post("/v1/systemone", json=REQUEST,
@@ -189,14 +204,14 @@ def test_corrupt_unknown_and_oversized_bodies():
                           ("gzip", gzip.compress(raw)[:-8]), ("gzip", b"\x1f\x8b garbage")):
             r = c.post("/v1/systemone", content=data, headers={**h, "content-encoding": enc})
             assert r.status_code == 400, (enc, r.text)
-            assert enc in _detail(r)[0]["msg"]
+            assert enc in _error(r, "bad_body_error")
         r = c.post("/v1/systemone", content=raw, headers={**h, "content-encoding": "br"})
-        assert r.status_code == 415 and "'br'" in _detail(r)[0]["msg"]
+        assert r.status_code == 415 and "'br'" in _error(r, "unsupported_encoding_error")
         # A zstd bomb: 64 MiB of zeros in a few KB hits the 4 KiB limit, not memory.
         bomb = zstandard.ZstdCompressor(level=19).compress(b" " * (64 << 20))
         assert len(bomb) < 4096
         r = c.post("/v1/systemone", content=bomb, headers={**h, "content-encoding": "zstd"})
-        assert r.status_code == 413 and "4096 bytes" in _detail(r)[0]["msg"]
+        assert r.status_code == 413 and "4096 bytes" in _error(r, "body_too_large_error")
         gz_bomb = gzip.compress(b" " * (16 << 20))
         r = c.post("/v1/systemone", content=gz_bomb[:4000], headers={**h, "content-encoding": "gzip"})
         assert r.status_code in (400, 413)
@@ -255,8 +270,8 @@ def test_unknown_model_is_404_with_available_names():
     with _client() as c:
         r = c.post("/v1/systemone", json={**REQUEST, "model": "gpt-9"})
         assert r.status_code == 404
-        (d,) = _detail(r)
-        assert d["loc"] == ["body", "model"] and "fake-model" in d["msg"] and "jev-latest" in d["msg"]
+        message = _error(r, "model_not_found_error")
+        assert "'gpt-9'" in message and "fake-model" in message and "jev-latest" in message
         assert c.post("/v1/systemone", json={**REQUEST, "model": "fake-model"}).status_code == 200
 
 
@@ -266,7 +281,7 @@ def test_unexpected_engine_failure_is_500_without_a_trace():
         fake.fail_with = RuntimeError("secret internal detail")
         r = c.post("/v1/systemone", json=REQUEST)
         assert r.status_code == 500 and r.headers[RID]
-        assert "secret" not in r.text and _detail(r)[0]["type"] == "internal"
+        assert "secret" not in r.text and "server log" in _error(r, "internal_error")
 
 
 # --------------------------------------------------------------------------- concurrency
@@ -395,7 +410,8 @@ def test_queue_full_is_429_with_retry_after():
     refused, metrics, done = asyncio.run(_live(app, scenario))
     assert refused.status_code == 429
     assert int(refused.headers["retry-after"]) >= 1 and int(refused.headers["retry-after-ms"]) >= 1
-    assert refused.headers[RID] and "queue is full" in _detail(refused)[0]["msg"]
+    assert refused.headers[RID] and refused.headers["x-limit-hit"] == "queue_size"
+    assert "queue is full" in _error(refused, "rate_limited_error")
     assert "typed_decisions_queue_depth 2.0" in metrics
     assert [r.status_code for r in done] == [200, 200, 200]
 
@@ -418,7 +434,7 @@ def test_shutdown_finishes_in_flight_and_refuses_new_with_503():
 
     refused, ready, finished = asyncio.run(_live(app, scenario))
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
-    assert "shutting down" in _detail(refused)[0]["msg"]
+    assert "shutting down" in _error(refused, "unavailable_error")
     assert ready.status_code == 503
     assert finished.status_code == 200
 
@@ -473,7 +489,7 @@ def test_preset_route_queue_full_is_429_and_counts_in_flight():
     refused, in_flight, done = asyncio.run(_live(app, scenario))
     assert in_flight == 2
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
-    assert "queue is full" in _detail(refused)[0]["msg"]
+    assert "queue is full" in _error(refused, "rate_limited_error")
     assert [r.status_code for r in done] == [200, 200]
 
 
@@ -494,7 +510,7 @@ def test_preset_route_drains_on_shutdown_and_writes_an_audit_line(tmp_path):
         return refused, await inflight
 
     refused, finished = asyncio.run(_live(app, scenario))
-    assert refused.status_code == 503 and "shutting down" in _detail(refused)[0]["msg"]
+    assert refused.status_code == 503 and "shutting down" in _error(refused, "unavailable_error")
     assert finished.status_code == 200
     (line,) = map(json.loads, log.read_text().splitlines())
     assert line["preset"] == {"name": "sms-spam", "version": load_preset("sms-spam").version} and line["status"] == 200
@@ -524,7 +540,7 @@ def test_loading_in_background_healthz_up_readyz_503():
 
     health, ready, early, later = asyncio.run(_live(app, scenario))
     assert health.status_code == 200
-    assert ready.status_code == 503 and "loading" in _detail(ready)[0]["msg"]
+    assert ready.status_code == 503 and "loading" in _error(ready, "unavailable_error")
     assert early.status_code == 503 and early.headers["retry-after"]
     assert later.status_code == 200
 
@@ -539,7 +555,7 @@ def test_failed_load_is_reported_by_readyz():
             if "failed" in r.text:
                 break
             time.sleep(0.01)
-        assert r.status_code == 503 and "manifest.json" in _detail(r)[0]["msg"]
+        assert r.status_code == 503 and "manifest.json" in _error(r, "unavailable_error")
 
 
 # --------------------------------------------------------------------------- metrics, audit, openapi
@@ -782,7 +798,7 @@ def test_malformed_requests_are_4xx_never_5xx():
             assert r.status_code < 500, (path, bad, r.text)
             if r.status_code != 200:
                 assert r.status_code in (404, 422), (path, bad, r.text)
-                _detail(r)
+                _detail(r) if r.status_code == 422 else _error(r, "model_not_found_error")
 
 
 # --------------------------------------------------------------------------- the CLI, as deployed

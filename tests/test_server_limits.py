@@ -100,8 +100,9 @@ def test_rate_limit_is_429_naming_the_limit_with_retry_after_and_counted_per_key
     assert ok1.status_code == ok2.status_code == polite.status_code == 200
     assert refused.status_code == 429 and refused.headers["x-limit-hit"] == "key_requests_per_minute"
     assert 9 <= int(refused.headers["retry-after"]) <= 10          # 6/min: one token per 10 s
-    (detail,) = refused.json()["detail"]
-    assert "key_requests_per_minute = 6" in detail["msg"] and "'greedy'" in detail["msg"]
+    detail = refused.json()["detail"]
+    assert detail["error_type"] == "rate_limited_error"
+    assert "key_requests_per_minute = 6" in detail["message"] and "'greedy'" in detail["message"]
     assert _metric(metrics, "typed_decisions_key_limited_total", key="greedy",
                    limit="key_requests_per_minute") == 1
     assert _metric(metrics, "typed_decisions_key_requests_total", key="greedy", status="200") == 2

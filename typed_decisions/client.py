@@ -30,8 +30,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from typed_decisions.errors import (HTTP_STATUS, AuthenticationError, EngineError, InvalidRequestError,
-                                    ServerBusyError, TypedDecisionsError)
+from typed_decisions.errors import (HTTP_STATUS, REFUSALS, AuthenticationError, EngineError, InvalidRequestError,
+                                    RateLimitedError, ServerBusyError, TypedDecisionsError, wire_error_type)
 from typed_decisions.exports import locate
 from typed_decisions.schema import DecisionResponse
 
@@ -125,22 +125,40 @@ def _error_class(status: int) -> type[TypedDecisionsError]:
     return EngineError if status >= 500 else TypedDecisionsError
 
 
+def _status_of(cls: type[TypedDecisionsError]) -> int:
+    """The HTTP status the server answers ``cls`` with (the first ``HTTP_STATUS`` entry in its MRO)."""
+    return next(HTTP_STATUS[c] for c in cls.__mro__ if c in HTTP_STATUS)
+
+
 def _error_for(response: httpx.Response) -> TypedDecisionsError:
     """Translate a failed HTTP response once, back into the runtime's error classes.
 
-    The body is FastAPI's ``{"detail": [{"loc", "msg", "type"}]}`` (anything else becomes one
-    message); a 422's items become the ``InvalidRequestError``'s ``(loc, msg)`` pairs without the
-    leading ``body``, e.g. ``["body", "questions", "team"]`` → ``("questions", "team")``.
+    Two body shapes, as the server (and the System One spec) sends them:
+
+    - a 422: FastAPI's ``{"detail": [{"loc", "msg", "type"}]}``; its items become the
+      ``InvalidRequestError``'s ``(loc, msg)`` pairs without the leading ``body``, e.g.
+      ``["body", "questions", "team"]`` → ``("questions", "team")``;
+    - any other status: ``{"detail": {"error_type", "message"}}``; an ``error_type`` naming one
+      of the server's refusals (``errors.REFUSALS``: ``rate_limited_error`` → ``RateLimitedError``,
+      its limit from ``x-limit-hit``) picks that class, else the status does (``_error_class``).
+
+    A list for another status (servers before the spec's envelope), a string or any other body
+    becomes one message.
     """
     try:
         detail = response.json().get("detail")
     except (ValueError, AttributeError):
         detail = None
+    kind = None
+    if isinstance(detail, dict) and isinstance(detail.get("message"), str):
+        kind = detail.get("error_type")
+        detail = [{"loc": [], "msg": detail["message"]}]
     if not isinstance(detail, list) or not detail or not all(isinstance(d, dict) for d in detail):
         detail = [{"loc": [], "msg": str(detail or response.text or response.reason_phrase)}]
     items = [(tuple(d.get("loc") or ())[1 if (d.get("loc") or [None])[0] == "body" else 0:],
               str(d.get("msg", ""))) for d in detail]
-    cls = _error_class(response.status_code)
+    cls = next((c for c in REFUSALS if wire_error_type(c) == kind and _status_of(c) == response.status_code),
+               None) or _error_class(response.status_code)
     if issubclass(cls, InvalidRequestError):
         return cls(items[0][1], items[0][0], errors=items)
     text = f"server answered {response.status_code}: " + "; ".join(m for _, m in items)
@@ -149,6 +167,8 @@ def _error_for(response: httpx.Response) -> TypedDecisionsError:
             retry = float(response.headers.get("retry-after", 1.0))
         except ValueError:  # an HTTP date: not worth parsing for a hint
             retry = 1.0
+        if issubclass(cls, RateLimitedError):
+            return cls(text, limit=response.headers.get("x-limit-hit", ""), retry_after_s=retry)
         return cls(text, retry_after_s=retry)
     if issubclass(cls, AuthenticationError):
         text += f" (check api_key= or the {API_KEY_ENV} variable)"

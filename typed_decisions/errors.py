@@ -116,6 +116,22 @@ HTTP_STATUS: dict[type[TypedDecisionsError], int] = {
 }
 
 
+# The refusals a server makes on purpose (not 422, not a failure), each sent as
+# {"detail": {"error_type": wire_error_type(cls), "message": ...}} and read back by the client.
+REFUSALS: tuple[type[TypedDecisionsError], ...] = (
+    AuthenticationError, ModelNotFoundError, BadBodyError, BodyTooLargeError, UnsupportedEncodingError,
+    RequestTimeoutError, ServerBusyError, RateLimitedError, UnavailableError)
+
+
+def wire_error_type(cls: type[TypedDecisionsError]) -> str:
+    """The ``error_type`` of a refusal on the wire: the class name in snake case.
+
+    >>> wire_error_type(AuthenticationError), wire_error_type(RateLimitedError)
+    ('authentication_error', 'rate_limited_error')
+    """
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(cls.__name__))
+
+
 def http_status(error: TypedDecisionsError) -> int:
     """The HTTP status for an error: the first entry of ``HTTP_STATUS`` in its MRO."""
     for cls in type(error).__mro__:
@@ -127,6 +143,7 @@ def http_status(error: TypedDecisionsError) -> int:
 __all__ = [
     "ArtifactError", "AuthenticationError", "BadBodyError", "BodyTooLargeError", "ContextTooLongError",
     "EngineError", "HTTP_STATUS", "InvalidRequestError", "Loc", "ModelDownloadError",
-    "ModelIntegrityError", "ModelNotFoundError", "RateLimitedError", "RequestTimeoutError", "ServerBusyError", "TokenizerBoundaryError",
-    "TypedDecisionsError", "UnavailableError", "UnsupportedEncodingError", "http_status",
+    "ModelIntegrityError", "ModelNotFoundError", "REFUSALS", "RateLimitedError", "RequestTimeoutError", "ServerBusyError",
+    "TokenizerBoundaryError", "TypedDecisionsError", "UnavailableError", "UnsupportedEncodingError", "http_status",
+    "wire_error_type",
 ]

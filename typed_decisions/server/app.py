@@ -17,10 +17,17 @@ unchanged. Routes::
 Every route that runs the model (the three POSTs) takes ``service.py``'s request path (auth,
 per-key limits, bounded bodies, queue, audit, drain);
 this module builds the app around it (``create_app``) and translates errors once: every refusal
-is a ``TypedDecisionsError`` whose status comes from ``errors.HTTP_STATUS``; the body has
-FastAPI's shape ``{"detail": [{"loc": ["body", ...field path], "msg", "type"}]}``; every
-response carries ``x-typesafe-request-id``. Unexpected failures are logged with their traceback
-and answered 500 without it.
+is a ``TypedDecisionsError`` whose status comes from ``errors.HTTP_STATUS``. Two body shapes, as
+the System One spec has them (jevcompat's ``errors.validation-shape`` / ``errors.shape``) and as
+typesafe-sdk parses them:
+
+- 422, a request that cannot be answered as sent: FastAPI's list,
+  ``{"detail": [{"loc": ["body", ...field path], "msg", "type"}]}``;
+- every other 4xx/5xx: ``{"detail": {"error_type": "authentication_error", "message": "..."}}``,
+  ``error_type`` the error class in snake case (``ERROR_TYPES``).
+
+Every response carries ``x-typesafe-request-id``. Unexpected failures are logged with their
+traceback and answered 500 (``internal_error``) without it.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import math
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +52,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import (AuthenticationError, BadBodyError, BodyTooLargeError, InvalidRequestError,
-                      ModelNotFoundError, RateLimitedError, RequestTimeoutError, ServerBusyError,
-                      TypedDecisionsError, UnsupportedEncodingError, http_status)
+from ..errors import (REFUSALS, AuthenticationError, InvalidRequestError, ModelNotFoundError,
+                      RateLimitedError, ServerBusyError, TypedDecisionsError, http_status, wire_error_type)
 from ..presets import list_presets, load_preset
 from ..explain import Explanation
 from ..schema import DecisionRequest, DecisionResponse
@@ -56,39 +63,57 @@ from .settings import ANONYMOUS_WARNING, ServerSettings
 log = logging.getLogger("typed_decisions.server")
 
 REQUEST_ID_HEADER = "x-typesafe-request-id"
-INTERNAL = {"loc": [], "msg": "internal error; the server log has the details", "type": "internal"}
+INTERNAL = {"error_type": "internal_error", "message": "internal error; the server log has the details"}
 
 
 # --------------------------------------------------------------------------- errors → HTTP
 
-# Where in the request each refusal points (InvalidRequestError carries its own field path).
-_LOC: dict[type[TypedDecisionsError], tuple[str, ...]] = {
-    AuthenticationError: ("header", "authorization"),
-    ModelNotFoundError: ("body", "model"),
-    BodyTooLargeError: ("body",),
-    BadBodyError: ("body",),
-    RequestTimeoutError: ("body",),
-    UnsupportedEncodingError: ("header", "content-encoding"),
-}
+def _snake(name: str) -> str:
+    """``TokenizerBoundaryError`` → ``tokenizer_boundary_error``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 def _error_type(error: Exception) -> str:
-    """``TokenizerBoundaryError`` → ``tokenizer_boundary``."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__.removesuffix("Error")).lower()
+    """A 422 item's ``type``: ``TokenizerBoundaryError`` → ``tokenizer_boundary`` (unchanged since 0.1)."""
+    return _snake(type(error).__name__.removesuffix("Error"))
+
+
+def _internal(error: TypedDecisionsError) -> bool:
+    """A bug or an engine failure (500): its details go to the log only. 503 (loading, draining)
+    is a refusal like 429, not a failure."""
+    return http_status(error) >= 500 and not isinstance(error, ServerBusyError)
+
+
+def error_type(error: TypedDecisionsError) -> str:
+    """The ``error_type`` of a non-validation error: its class in snake case
+    (``errors.wire_error_type``), so a client maps it back to the class: ``AuthenticationError``
+    → ``authentication_error``, the name the spec requires for auth failures;
+    ``RateLimitedError`` → ``rate_limited_error``. ``internal_error`` for a failure."""
+    return "internal_error" if _internal(error) else wire_error_type(type(error))
+
+
+# The refusals the server makes and their error_type (docs/deploy.md lists the same).
+ERROR_TYPES: dict[type[TypedDecisionsError], str] = {cls: wire_error_type(cls) for cls in REFUSALS}
+
+
+def error_body(status: int, error_type: str, message: str) -> dict[str, Any]:
+    """``{"detail": {"error_type", "message"}}``: the body of every error but a 422 (``status`` is
+    the response's, for the reader: a 422 keeps FastAPI's list, ``ValidationErrorBody``)."""
+    return {"detail": {"error_type": error_type, "message": message}}
 
 
 def error_response(error: TypedDecisionsError) -> JSONResponse:
     """The one translation of this package's errors into HTTP responses."""
     status = http_status(error)
-    kind = getattr(error, "kind", None) or _error_type(error)
     if isinstance(error, InvalidRequestError):
-        detail = [{"loc": ["body", *loc], "msg": msg, "type": kind} for loc, msg in error.errors]
-    elif status == 500:  # a bug or an engine failure: details to the log only
+        kind = getattr(error, "kind", None) or _error_type(error)
+        body: dict[str, Any] = {"detail": [{"loc": ["body", *loc], "msg": msg, "type": kind}
+                                           for loc, msg in error.errors]}
+    elif _internal(error):  # a bug or an engine failure: details to the log only
         log.error("internal error", exc_info=error)
-        detail = [INTERNAL]
+        body = {"detail": dict(INTERNAL)}
     else:
-        loc = next((v for c, v in _LOC.items() if isinstance(error, c)), ())
-        detail = [{"loc": list(loc), "msg": str(error), "type": kind}]
+        body = error_body(status, error_type(error), str(error))
     headers = {}
     if isinstance(error, ServerBusyError):
         headers = {"retry-after": str(max(1, math.ceil(error.retry_after_s))),
@@ -97,7 +122,7 @@ def error_response(error: TypedDecisionsError) -> JSONResponse:
         headers["x-limit-hit"] = error.limit  # key_concurrency | key_requests_per_minute | queue_size
     if isinstance(error, AuthenticationError):
         headers["www-authenticate"] = "Bearer"
-    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 class ErrorItem(BaseModel):
@@ -106,10 +131,23 @@ class ErrorItem(BaseModel):
     type: str
 
 
-class ErrorBody(BaseModel):
-    """Every error: FastAPI's shape, ``loc`` = ["body", field path...] or ["header", name]."""
+class ValidationErrorBody(BaseModel):
+    """422: FastAPI's shape, ``loc`` = ["body", field path...]; one item per problem found."""
 
     detail: list[ErrorItem]
+
+
+class ErrorDetail(BaseModel):
+    error_type: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every other error: ``error_type`` (the error class in snake case: ``authentication_error``,
+    ``model_not_found_error``, ``rate_limited_error``, ``unavailable_error``, ``internal_error``, ...)
+    and a message saying what to change."""
+
+    detail: ErrorDetail
 
 
 class ModelInfo(BaseModel):
@@ -126,7 +164,9 @@ class ModelList(BaseModel):
     warning: str | None = None
 
 
-ERRORS = {s: {"model": ErrorBody} for s in (400, 401, 404, 408, 413, 415, 422, 429, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    **{s: {"model": ErrorBody} for s in (400, 401, 404, 408, 413, 415, 429, 503)},
+    422: {"model": ValidationErrorBody}}
 
 
 # --------------------------------------------------------------------------- the app, step by step
@@ -144,7 +184,7 @@ def _add_request_ids(app: FastAPI, service: Service) -> None:
             response = await call_next(request)
         except Exception:  # noqa: BLE001 - never a stack trace to the client
             log.exception("unhandled error in request %s", rid)
-            response = JSONResponse({"detail": [INTERNAL]}, status_code=500)
+            response = JSONResponse({"detail": dict(INTERNAL)}, status_code=500)
         response.headers[REQUEST_ID_HEADER] = rid
         route = request.scope.get("route")
         service.metrics.requests.labels(getattr(route, "path", "other"), str(response.status_code)).inc()
@@ -152,7 +192,9 @@ def _add_request_ids(app: FastAPI, service: Service) -> None:
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    """Ours via ``error_response``; Starlette's and FastAPI's own in the same body shape."""
+    """Ours via ``error_response``; Starlette's and FastAPI's own in the same two body shapes
+    (a route that does not exist: 404 ``not_found_error``; a wrong method: 405
+    ``method_not_allowed_error``)."""
 
     @app.exception_handler(TypedDecisionsError)
     async def _typed(request: Request, error: TypedDecisionsError) -> JSONResponse:
@@ -160,7 +202,13 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"detail": [{"loc": [], "msg": str(error.detail), "type": "http_error"}]},
+        try:
+            phrase = HTTPStatus(error.status_code).phrase
+        except ValueError:
+            phrase = "HTTP"
+        kind = re.sub(r"[^a-z0-9]+", "_", phrase.lower()).strip("_") + "_error"
+        message = f"{request.method} {request.url.path}: {error.detail}"
+        return JSONResponse(error_body(error.status_code, kind, message),
                             status_code=error.status_code, headers=error.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -318,4 +366,5 @@ def create_app(decider_or_factory: Any, *, settings: ServerSettings | None = Non
     return app
 
 
-__all__ = ["ErrorBody", "PresetRequest", "REQUEST_ID_HEADER", "create_app", "error_response"]
+__all__ = ["ERROR_TYPES", "ErrorBody", "PresetRequest", "REQUEST_ID_HEADER", "ValidationErrorBody", "create_app",
+           "error_body", "error_response", "error_type"]

@@ -300,8 +300,8 @@ class Service:
             raise
         except ClientGone:
             status = CLIENT_CLOSED  # nobody reads this response; the audit line and metrics do
-            return JSONResponse({"detail": [{"loc": [], "msg": "client closed the connection",
-                                             "type": "client_closed"}]}, status_code=status)
+            return JSONResponse({"detail": {"error_type": "client_closed_error",
+                                            "message": "client closed the connection"}}, status_code=status)
         finally:
             if acquired:
                 self.limiter.release(who.key_id)
