@@ -36,6 +36,7 @@ zstandard = require("zstandard", "pip install 'typed-decisions-runtime[server]'"
 import td_fakes  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
+from typed_decisions.errors import AuthenticationError  # noqa: E402
 from typed_decisions.presets import load_preset  # noqa: E402
 from typed_decisions.schema import json_sha256  # noqa: E402
 from typed_decisions.server import ServerSettings, create_app, load_api_keys  # noqa: E402
@@ -282,6 +283,25 @@ def test_unexpected_engine_failure_is_500_without_a_trace():
         r = c.post("/v1/systemone", json=REQUEST)
         assert r.status_code == 500 and r.headers[RID]
         assert "secret" not in r.text and "server log" in _error(r, "internal_error")
+
+
+def test_every_refusal_has_its_error_type_on_the_wire_and_in_the_docs():
+    """{"detail": {"error_type", "message"}} for every refusal the server makes (#33; the spec's
+    errors.shape); error_type is the class in snake case, which RemoteBackend maps back, and
+    docs/deploy.md's status table names each one."""
+    from typed_decisions.errors import REFUSALS, RateLimitedError, http_status
+    from typed_decisions.server.app import ERROR_TYPES, error_response
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text(encoding="utf-8")
+    assert set(ERROR_TYPES) == set(REFUSALS)
+    for cls, kind in ERROR_TYPES.items():
+        extra = {"limit": "queue_size"} if cls is RateLimitedError else {}
+        error = cls("why, and what to change", **extra)
+        r = error_response(error)
+        assert r.status_code == http_status(error) != 422
+        assert json.loads(r.body) == {"detail": {"error_type": kind, "message": "why, and what to change"}}
+        assert f"`{kind}`" in docs, kind
+    assert ERROR_TYPES[AuthenticationError] == "authentication_error"  # the name the spec requires
 
 
 # --------------------------------------------------------------------------- concurrency

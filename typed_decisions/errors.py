@@ -143,7 +143,7 @@ def http_status(error: TypedDecisionsError) -> int:
 __all__ = [
     "ArtifactError", "AuthenticationError", "BadBodyError", "BodyTooLargeError", "ContextTooLongError",
     "EngineError", "HTTP_STATUS", "InvalidRequestError", "Loc", "ModelDownloadError",
-    "ModelIntegrityError", "ModelNotFoundError", "REFUSALS", "RateLimitedError", "RequestTimeoutError", "ServerBusyError",
-    "TokenizerBoundaryError", "TypedDecisionsError", "UnavailableError", "UnsupportedEncodingError", "http_status",
-    "wire_error_type",
+    "ModelIntegrityError", "ModelNotFoundError", "REFUSALS", "RateLimitedError", "RequestTimeoutError",
+    "ServerBusyError", "TokenizerBoundaryError", "TypedDecisionsError", "UnavailableError",
+    "UnsupportedEncodingError", "http_status", "wire_error_type",
 ]
