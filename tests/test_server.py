@@ -694,10 +694,12 @@ def _sdk_client_suite(decider: Any, state: str, n_async: int = 3) -> dict[str, A
                 assert "questions.bad.criteria" in str(e.value) and e.value.request_id
                 with pytest.raises(sdk.TypeSafeNotFoundError) as e:
                     client.system_one(state, _sdk_questions(sdk), model="no-such-model")
-                assert "jev-latest" in str(e.value)
+                # the SDK reads detail.message of {"detail": {"error_type", "message"}} (#33), not the raw body
+                assert "jev-latest" in str(e.value) and "error_type" not in str(e.value)
         with sdk.TypeSafeClient(api_key="sk-wrong", base_url=url, retry=no_retry) as client:
-            with pytest.raises(sdk.TypeSafeAuthenticationError):
+            with pytest.raises(sdk.TypeSafeAuthenticationError) as e:
                 client.system_one(state, _sdk_questions(sdk))
+            assert "unknown API key" in str(e.value) and "error_type" not in str(e.value)
 
         async def run_async():
             async with sdk.AsyncTypeSafeClient(api_key="sk-test", base_url=url, retry=no_retry,

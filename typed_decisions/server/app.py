@@ -96,9 +96,9 @@ def error_type(error: TypedDecisionsError) -> str:
 ERROR_TYPES: dict[type[TypedDecisionsError], str] = {cls: wire_error_type(cls) for cls in REFUSALS}
 
 
-def error_body(status: int, error_type: str, message: str) -> dict[str, Any]:
-    """``{"detail": {"error_type", "message"}}``: the body of every error but a 422 (``status`` is
-    the response's, for the reader: a 422 keeps FastAPI's list, ``ValidationErrorBody``)."""
+def error_body(error_type: str, message: str) -> dict[str, Any]:
+    """``{"detail": {"error_type", "message"}}``: the body of every error but a 422 (which keeps
+    FastAPI's list, ``ValidationErrorBody``)."""
     return {"detail": {"error_type": error_type, "message": message}}
 
 
@@ -113,7 +113,7 @@ def error_response(error: TypedDecisionsError) -> JSONResponse:
         log.error("internal error", exc_info=error)
         body = {"detail": dict(INTERNAL)}
     else:
-        body = error_body(status, error_type(error), str(error))
+        body = error_body(error_type(error), str(error))
     headers = {}
     if isinstance(error, ServerBusyError):
         headers = {"retry-after": str(max(1, math.ceil(error.retry_after_s))),
@@ -208,7 +208,7 @@ def _add_error_handlers(app: FastAPI) -> None:
             phrase = "HTTP"
         kind = re.sub(r"[^a-z0-9]+", "_", phrase.lower()).strip("_") + "_error"
         message = f"{request.method} {request.url.path}: {error.detail}"
-        return JSONResponse(error_body(error.status_code, kind, message),
+        return JSONResponse(error_body(kind, message),
                             status_code=error.status_code, headers=error.headers)
 
     @app.exception_handler(RequestValidationError)
