@@ -12,27 +12,25 @@ The default slice is jevbench-240's ``customer_support`` domain: 20 cases, every
 requests per readout (hours on the 1.5B default model on 2 cores: run it on an idle machine, or
 narrow it with ``--relations`` / ``--dimensions``). ``--suite examples`` is jevbench's one
 hand-written customer-support case (43 requests, each relation scored from one test: a demo, not
-a result). Serve the model on this machine (loopback): ``machine`` records this CPU.
+a result). Serve the model on this machine (loopback): ``machine`` records this CPU and its load.
 
     typed-decisions serve --model default --port 8000 &          # the 1.5B default model
-    python benchmarks/jevbench_default.py --url http://127.0.0.1:8000 --readouts default,rotate
+    python -m benchmarks.jevbench_default --url http://127.0.0.1:8000 --readouts default,rotate
     # -> benchmarks/results/jevbench/<model>-<cpuclass>-<date>.json
 
-    python benchmarks/jevbench_default.py --url http://127.0.0.1:8000 --suite examples   # minutes on tiny
+    python -m benchmarks.jevbench_default --url http://127.0.0.1:8000 --suite examples   # minutes on tiny
 
-The result file: ``{"schema": 1, "tool": "jevbench_default", "command", "git", "machine"
-(typed_decisions.cpu.describe()), "results": {"model", "jevbench", "suite", "domains",
-"relations", "readouts": {name: {"overall", "dimensions", "groups", "relations", "graded",
-"mean_repeat_noise", "requests", "seconds", "errors"}}}}``.
+The result file (``harness.write_result``): ``{"schema": 1, "tool": "jevbench", "command", "git",
+"machine", "model", "results": {"model", "jevbench", "suite", "domains", "relations", "readouts":
+{name: {"overall", "dimensions", "groups", "relations", "graded", "mean_repeat_noise", "requests",
+"seconds", "errors"}}}}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,7 +38,9 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import harness
+
+TOOL = "jevbench"
 READOUTS = ("default", "rotate")
 
 
@@ -108,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import jevbench as jb
 
-    from typed_decisions.cpu import describe
-
+    load_start = os.getloadavg()
     url = args.url.rstrip("/")
     key = os.environ.get(args.key_env) or None
     name = served_model(url, key)
@@ -118,7 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(readouts) - set(READOUTS))
     if unknown:
         p.error(f"unknown readouts {unknown}; known: {', '.join(READOUTS)}")
-    machine = describe()
     results: dict[str, Any] = {"model": name, "url": url, "jevbench": jb.__version__, "suite": args.suite,
                                "domains": [d for d in args.domains.split(",") if d],
                                "relations": args.relations or "all", "dimensions": args.dimensions or "all",
@@ -128,19 +126,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         results["readouts"][readout] = got = run_readout(backend(url, model, readout, key, args.timeout), args)
         print("\n".join(got["table"]), file=sys.stderr, flush=True)
-    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True, cwd=ROOT).stdout.strip()
-    out = args.out or (ROOT / "benchmarks" / "results" / "jevbench" /
-                       f"{name}-{machine['class']}-{dt.date.today().isoformat()}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"schema": 1, "tool": "jevbench_default", "command": " ".join(["python", *sys.argv]),
-           "git": git + ("-dirty" if dirty else ""), "machine": machine, "results": results}
-    out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    out = harness.write_result(TOOL, name, results, out=args.out, load_avg_start=load_start,
+                               command=harness.command("benchmarks.jevbench_default"))
     summary = {r: {"overall": v["overall"], **v["dimensions"]} for r, v in results["readouts"].items()}
     print(json.dumps({"out": str(out), "scores": summary}))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

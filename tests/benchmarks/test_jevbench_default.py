@@ -1,13 +1,11 @@
 """benchmarks/jevbench_default.py end to end on the fake decider behind a live server (#33): jevbench's
-one-case demo suite for both readouts, and the result file's shape (schema 1, the command, git,
-the machine, scores per readout). Fast tier: the fake answers in microseconds (~10 s in all)."""
+one-case demo suite for both readouts, and the result file (the harness's schema 1: the command,
+git, the machine, scores per readout). Fast tier: the fake answers in microseconds (~5 s in all)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,25 +15,21 @@ require("fastapi", "pip install 'typed-decisions-runtime[server]'")
 require("jevbench", "pip install 'typed-decisions-runtime[test]'")
 
 import td_fakes  # noqa: E402
+from benchmarks import jevbench_default as script  # noqa: E402
+from benchmarks.harness import problems  # noqa: E402
 from td_live import live_server  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("jevbench_default", ROOT / "benchmarks" / "jevbench_default.py")
-script = importlib.util.module_from_spec(_spec)
-sys.modules["jevbench_default"] = script
-_spec.loader.exec_module(script)  # type: ignore[union-attr]
 
 
 def test_scores_both_readouts_into_one_result_file(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["benchmarks/jevbench_default.py", "--suite", "examples"])
+    monkeypatch.setattr(sys, "argv", ["jevbench_default.py", "--suite", "examples"])
     out = tmp_path / "r.json"
     with live_server(td_fakes.FakeDecider("fake-model")) as url:
         assert script.main(["--url", url, "--suite", "examples", "--readouts", "default,rotate",
                             "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["schema"] == 1 and doc["tool"] == "jevbench_default"
-    assert doc["command"] == "python benchmarks/jevbench_default.py --suite examples"
-    assert doc["git"] and doc["machine"]["class"]
+    assert problems(doc) == [] and doc["tool"] == "jevbench" and doc["model"] == "fake-model"
+    assert doc["command"] == "python -m benchmarks.jevbench_default --suite examples"
+    assert doc["git"] and doc["machine"]["class"] and doc["machine"]["load_avg_start"]
     res = doc["results"]
     assert (res["model"], res["suite"], res["domains"]) == ("fake-model", "examples", ["customer_support"])
     for readout in ("default", "rotate"):
