@@ -13,8 +13,8 @@ real export, and the suites run against it through their own Python APIs, unchan
   (every BAT relation) and repetition must be perfect; option permutation and choice-set coherence
   (CHO) are measured and printed, not asserted (docs/deploy.md reports them).
 
-Runtime: 241 s on 2 shared cores at load 10-12 (jevcompat 195 s, jevbench 35 s, two server starts);
-jevcompat alone took 136 s at load 2. Most of it is jevcompat's 128-, 255- and 256-option choices
+Runtime: 222-363 s on 2 shared cores at load 8-12 (jevcompat 180-284 s, jevbench 35-68 s, two
+server starts); jevcompat alone took 136 s at load 2, so about 3 min on a quiet machine. Most of it is jevcompat's 128-, 255- and 256-option choices
 on CPU (~50 s for 255 options): the timeouts are 300 s per request, so a loaded machine makes the
 run slow, never inconclusive.
 """
