@@ -620,15 +620,25 @@ def test_without_smoothing_the_manifest_says_so(tiny_exports, tmp_path):
         Int8Options(activations="per_tensor")
 
 
-def test_fused_gate_up_keeps_down_proj_float32_and_says_why(tiny_exports, tmp_path):
+def test_fused_gate_up_keeps_down_proj_float32_and_says_why(tiny_folders, tiny_exports, tmp_path):
     """Phi3 computes gate and up in one MatMul (gate_up_proj) and splits it: no up_proj MatMul to
-    fold 1/s into, so its down_proj stays float32 and the manifest names the reason."""
-    src, _ = tiny_exports["phi3"]
-    q = quantize_export(src, tmp_path / "phi3", Int8Options(smooth=0.5), force=True, progress=False)["quantization"]
+    fold 1/s into, so its down_proj stays float32 and the manifest names the reason. That is the
+    traced graph; the builder reads gate_up_proj as two row blocks (two MatMuls), so its down_proj
+    is smoothed like any other family's."""
+    from typed_decisions_export import export_model
+
+    traced = tmp_path / "phi3-traced"
+    assert export_model(tiny_folders["phi3"], traced, name="tiny-phi3", progress=False,
+                        builder="off")["export"]["graph"] == "traced"
+    q = quantize_export(traced, tmp_path / "phi3", Int8Options(smooth=0.5), force=True, progress=False)["quantization"]
     sm = q["smoothing"]
     assert sm["smoothed"] == [] and set(sm["not_matched"]) == {"layers.0.mlp.down_proj", "layers.1.mlp.down_proj"}
     assert all("up_proj" in why for why in sm["not_matched"].values())
     assert q["excluded"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
+    built, manifest = tiny_exports["phi3"]
+    assert manifest["export"]["graph"] == "builder"  # the fixture's export (--builder auto)
+    q = quantize_export(built, tmp_path / "phi3-built", Int8Options(smooth=0.5), force=True, progress=False)["quantization"]
+    assert q["smoothing"]["smoothed"] == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
 
 
 def test_cli_smooth(tiny_folders, tmp_path, capsys):
