@@ -303,6 +303,18 @@ INT8_ROOMS = ROOT / "export" / "typed_decisions_export" / "int8"
 STUDIES = ROOT / "export" / "studies"
 
 
+def test_a_module_over_400_lines_says_why_at_its_top():
+    """Issue #30: no module of the runtime or the exporter grows past ~400 lines without a reason
+    written in its docstring ("Why over 400 lines: ...")."""
+    long = []
+    for root in (ROOT / "typed_decisions", ROOT / "export" / "typed_decisions_export"):
+        for path in root.rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            if len(text.splitlines()) > 400 and "Why over 400 lines:" not in (ast.get_docstring(ast.parse(text)) or ""):
+                long.append(str(path.relative_to(ROOT)))
+    assert long == [], long
+
+
 def test_int8_rooms_are_small_and_say_what_they_own():
     """Issue #30: each module of the exporter's int8/ package is one idea, read top to bottom, its
     docstring saying what it owns; none grows past ~400 lines."""
