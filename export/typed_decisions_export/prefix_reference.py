@@ -95,7 +95,7 @@ def prefix_model(kind: str, path: Path, config: Any, layers: int, ids: list[int]
     if missing:
         raise SelfCheckError(f"{path}: the self-check's reference found no tensor for {missing[:5]}")
     model = AutoModelForCausalLM.from_config(small, dtype=torch.float32, attn_implementation="sdpa")
-    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in tensors.items()}, strict=False)
+    model.load_state_dict({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in tensors.items()}, strict=False)
     if tied:
         model.tie_weights()
     return model.eval()
