@@ -18,10 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ExportError, SelfCheckError
 from .builder_choice import choose_builder
+from .errors import ExportError, SelfCheckError
+from .int8.options import Int8Options
+from .layout import (
+    ONNX_FILE,
+    SELF_CHECK_FAILURE_FILE,
+    make_logger,
+    peak_rss_bytes,
+    prepare_out_dir,
+)
 from .loading import load_source, load_tokenizer, resolve_source, source_facts
-from .layout import ONNX_FILE, SELF_CHECK_FAILURE_FILE, make_logger, peak_rss_bytes, prepare_out_dir
 from .manifest import (
     LM_HEAD_FILE,
     MANIFEST_FILE,
@@ -33,10 +40,10 @@ from .manifest import (
     write_manifest,
 )
 from .onnx_export import export_backbone
-from .int8.options import Int8Options
 from .prefix_check import run_prefix_check
 from .selfcheck import plan_self_check, run_self_check, torch_references
 from .tokenizer_files import write_tokenizer_files
+
 
 def export_model(
     source: str | Path,

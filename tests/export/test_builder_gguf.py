@@ -24,13 +24,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import typed_decisions_export.export as export_module
 from export_cache import cached_export
-from test_builder import STATES, TOL, _Lazy, _modulo_group, _modulo_ungroup, _swapped_rotate_half, compare_graphs
+from td_invariance import request, vector
+from test_builder import (
+    STATES,
+    TOL,
+    _Lazy,
+    _modulo_group,
+    _modulo_ungroup,
+    _swapped_rotate_half,
+    compare_graphs,
+)
 from tiny_gguf import write_gguf
 from tiny_models import save_tiny_model
-from td_invariance import request, vector
-
-import typed_decisions_export.export as export_module
 from typed_decisions_export import SelfCheckError, export_model
 from typed_decisions_export.builder import BuilderError, WeightError, open_source
 from typed_decisions_export.builder import ops as builder_ops
@@ -268,8 +275,8 @@ def test_weights_check_sees_a_changed_full_export(gguf_pairs, tmp_path):
     """The prefix must be what ships: a full-export weight changed after writing is named."""
     import tempfile
 
-    from typed_decisions_export.builder.decoder import write_backbone
     from typed_decisions_export.builder import _lm_head_name
+    from typed_decisions_export.builder.decoder import write_backbone
     from typed_decisions_export.prefix_check import VocabSlice
 
     bdir = gguf_pairs["qwen2"]["builder"][0]

@@ -22,9 +22,10 @@ layer and the whole graph), spec.py (what a family says), families/ (one file pe
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -87,7 +88,8 @@ def open_source(kind: str, path: Path) -> Source:
     if kind == "hf_folder":
         return Source(kind, path, read_config(path), SafetensorsSource(path))
     if kind == "gguf":
-        from .gguf_config import config_dict, open_reader, transformers_config
+        from .gguf_config import config_dict, transformers_config
+        from .gguf_reader import open_reader
         from .gguf_weights import GGUFSource
 
         reader = open_reader(path)

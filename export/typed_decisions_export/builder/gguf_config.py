@@ -9,16 +9,15 @@ own reader, and asks transformers' config class only for those defaults (`AutoCo
 so the builder sees the config the traced path sees (tests/export/test_builder_gguf.py holds the
 two equal). Other architectures are refused with the fallback.
 
-The reader is opened once (`open_reader`): it parses every metadata field, which for a 150k-token
-vocabulary takes seconds, and the weights (gguf_weights.py) use the same reader.
+The reader (gguf_reader.py) is opened once; the weights (gguf_weights.py) use the same reader.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from .errors import FALLBACK, BuilderError, WeightError
+from .errors import FALLBACK, BuilderError
+from .gguf_reader import array_length, field, gguf_architecture
 
 # <arch>.<key> -> config attribute, per GGUF architecture (transformers' GGUF_CONFIG_MAPPING rows)
 _COMMON = {
@@ -37,34 +36,6 @@ KEYS: dict[str, dict[str, str]] = {
     "qwen2": dict(_COMMON),
     "qwen3": dict(_COMMON),
 }
-
-
-def open_reader(path: Path) -> Any:
-    """The gguf package's reader on `path`; a truncated file names the first tensor it cuts."""
-    from .gguf_weights import Reader
-
-    try:
-        return Reader(path)
-    except WeightError:
-        raise
-    except Exception as e:
-        raise WeightError(f"{Path(path).name}: not a readable GGUF file ({type(e).__name__}: {e})") from e
-
-
-def field(reader: Any, key: str) -> Any:
-    """One metadata value (a scalar, a string, or a list for arrays), None when absent."""
-    f = reader.fields.get(key)
-    if f is None:
-        return None
-    values = f.contents()
-    return values
-
-
-def gguf_architecture(reader: Any) -> str:
-    arch = field(reader, "general.architecture")
-    if not isinstance(arch, str):
-        raise BuilderError("GGUF metadata has no general.architecture")
-    return arch
 
 
 def raw_config(reader: Any) -> dict[str, Any]:
@@ -87,7 +58,7 @@ def raw_config(reader: Any) -> dict[str, Any]:
         tokens = reader.fields.get("tokenizer.ggml.tokens")
         if tokens is None:
             raise BuilderError("GGUF metadata has neither a vocab_size nor tokenizer.ggml.tokens")
-        config["vocab_size"] = len(tokens.data)
+        config["vocab_size"] = array_length(tokens)
     return config
 
 

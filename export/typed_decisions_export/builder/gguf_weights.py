@@ -19,6 +19,7 @@ tensor whose de-quantized values are not finite is refused naming the tensor.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,46 +28,7 @@ import numpy as np
 from .errors import WeightError
 
 CHUNK_ELEMENTS = 1 << 22  # float32 values de-quantized per block of rows (16 MiB)
-
-
-def _tensor_fields_cut(reader: Any, start: int, fields: list) -> None:
-    """Raise naming the first tensor whose bytes end past the end of the file."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    size = len(reader.data)
-    for f in fields:
-        _len, name_data, _n_dims, dims, raw_dtype, offset = f.parts
-        name = bytes(name_data).decode("utf-8", "replace")
-        try:
-            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(int(raw_dtype[0]))]
-        except (ValueError, KeyError) as e:
-            raise WeightError(f"tensor {name!r}: unknown GGUF tensor type {int(raw_dtype[0])} (a corrupt file?)") from e
-        end = start + int(offset[0]) + int(np.prod(dims.astype(np.int64))) * type_size // block
-        if end > size:
-            raise WeightError(f"tensor {name!r}: the GGUF file is truncated ({size} bytes, the tensor ends at byte "
-                              f"{end}); download it again")
-
-
-def _reader_class():
-    from gguf import GGUFReader
-
-    class Reader(GGUFReader):
-        """gguf's reader, refusing a truncated file by the name of the tensor it cuts (the stock
-        reader fails with a numpy reshape error)."""
-
-        def __init__(self, path):
-            self.path = Path(path)
-            super().__init__(path)
-
-        def _build_tensors(self, start_offs, fields):
-            _tensor_fields_cut(self, start_offs, fields)
-            super()._build_tensors(start_offs, fields)
-
-    return Reader
-
-
-def Reader(path: Path) -> Any:  # noqa: N802 - a class made on first use (gguf is imported lazily)
-    return _reader_class()(path)
+THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -83,7 +45,7 @@ class GGUFSource:
     def __init__(self, reader: Any, config: dict[str, Any]):
         from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
 
-        from .gguf_config import gguf_architecture
+        from .gguf_reader import gguf_architecture
 
         self.reader, self.path = reader, Path(reader.path)
         self.arch = gguf_architecture(reader)
@@ -154,11 +116,24 @@ class GGUFSource:
                               f"de-quantize") from e
 
     def _rows(self, t: Any, first: int, count: int) -> np.ndarray:
+        """Rows [first, first + count) de-quantized, blocks of rows on THREADS threads (numpy releases
+        the GIL in its loops, so the blocks run in parallel)."""
         out = np.empty((count, *self.shape_of(t)[1:]), np.float32)
         step = max(1, CHUNK_ELEMENTS // max(1, int(np.prod(out.shape[1:]))))
-        for r in range(0, count, step):
+
+        def block(r: int) -> None:
             n = min(step, count - r)
             out[r:r + n] = self._dequantize(t, self._raw(t, first + r, n)).reshape(n, *out.shape[1:])
+
+        starts = range(0, count, step)
+        if len(starts) == 1 or THREADS == 1:
+            for r in starts:
+                block(r)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(THREADS) as pool:
+                list(pool.map(block, starts))
         return out
 
     def _finite(self, t: Any, w: np.ndarray) -> np.ndarray:
