@@ -300,3 +300,15 @@ def test_weights_check_sees_a_changed_full_export(gguf_pairs, tmp_path):
             f.seek(offset + 8)
             f.write(np.float32(1.5).tobytes())
         assert weights_differing(full, scratch, spec.embed, ids)[1] == ["model.layers.1.mlp.down_proj.weight"]
+
+
+def test_builder_reads_a_separate_output_weight(smollm2_gguf, tmp_path):
+    """A GGUF with `output.weight` (here -token_embd in F16) is untied: lm_head.npy is that tensor."""
+    from test_export_smollm2 import _untied_gguf
+    from typed_decisions_export.builder import spec_of, write_lm_head
+
+    head = _untied_gguf(smollm2_gguf, tmp_path / "untied.gguf")
+    source = open_source("gguf", tmp_path / "untied.gguf")
+    assert source.config["tie_word_embeddings"] is False
+    write_lm_head(source, tmp_path / "lm_head.npy", spec=spec_of(source.config))
+    np.testing.assert_array_equal(np.load(tmp_path / "lm_head.npy"), head.astype(np.float32))
