@@ -5,8 +5,8 @@ self-check against PyTorch -> manifest.json last -> optionally INT8 (int8/pipeli
 drift and rewrites the manifest. A directory without manifest.json is unfinished and unusable.
 
 With the graph builder (builder=, builder_choice.py) the backbone and the LM head come from the
-safetensors files, tensor by tensor, before transformers loads the model, which it then does only
-for the self-check's references (and frees before ONNX Runtime loads the graph).
+safetensors files or the GGUF file, tensor by tensor, and the self-check runs on a prefix of the
+model (prefix_check.py): no step holds the whole float model.
 """
 
 from __future__ import annotations
@@ -18,10 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ExportError, SelfCheckError
 from .builder_choice import choose_builder
-from .loading import load_model, load_source, load_tokenizer, resolve_source, source_facts
-from .layout import ONNX_FILE, SELF_CHECK_FAILURE_FILE, make_logger, peak_rss_bytes, prepare_out_dir
+from .errors import ExportError, SelfCheckError
+from .int8.options import Int8Options
+from .layout import (
+    ONNX_FILE,
+    SELF_CHECK_FAILURE_FILE,
+    make_logger,
+    peak_rss_bytes,
+    prepare_out_dir,
+)
+from .loading import load_source, load_tokenizer, resolve_source, source_facts
 from .manifest import (
     LM_HEAD_FILE,
     MANIFEST_FILE,
@@ -33,9 +40,10 @@ from .manifest import (
     write_manifest,
 )
 from .onnx_export import export_backbone
-from .int8.options import Int8Options
+from .prefix_check import run_prefix_check
 from .selfcheck import plan_self_check, run_self_check, torch_references
 from .tokenizer_files import write_tokenizer_files
+
 
 def export_model(
     source: str | Path,
@@ -70,13 +78,16 @@ def export_model(
     prepare_out_dir(out_dir)
 
     resolved = resolve_source(source)
-    spec = choose_builder(builder, resolved[0], resolved[1], log=log)
-    if spec is None:
+    chosen = choose_builder(builder, resolved[0], resolved[1], log=log)
+    if chosen is None:
         steps = _traced_steps(source, resolved, out_dir, opset=opset, log=log, progress=progress)
     else:
-        steps = _builder_steps(spec, resolved, out_dir, opset=opset, log=log, progress=progress)
+        steps = _builder_steps(chosen, resolved, out_dir, opset=opset, log=log, progress=progress)
     geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name = steps
-    check = run_self_check(out_dir, ONNX_FILE, arch, plan, refs, log=log)
+    if chosen is None:
+        check = run_self_check(out_dir, ONNX_FILE, arch, plan, refs, log=log)
+    else:
+        check = run_prefix_check(out_dir, *chosen, arch, plan, log=log, opset=opset)
     if not check["passed"]:
         with open(out_dir / SELF_CHECK_FAILURE_FILE, "w", encoding="utf-8") as f:
             json.dump(check, f, indent=2)
@@ -100,7 +111,7 @@ def export_model(
         "source": source_info,
         "versions": package_versions(),
         "export": {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes(),
-                   "graph": "traced" if spec is None else "builder"},
+                   "graph": "traced" if chosen is None else "builder"},
         "self_check": check,
         "files": file_hashes(out_dir),
     }
@@ -111,7 +122,7 @@ def export_model(
 
         manifest = quantize_export(out_dir, out_dir, int8, force=force, progress=progress)
         manifest["export"] = {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_bytes": peak_rss_bytes(),
-                              "graph": "traced" if spec is None else "builder"}
+                              "graph": "traced" if chosen is None else "builder"}
         write_manifest(out_dir, manifest)
     return manifest
 
@@ -143,33 +154,30 @@ def _traced_steps(source, resolved, out_dir: Path, *, opset: int, log, progress:
     return geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name
 
 
-def _builder_steps(spec, resolved, out_dir: Path, *, opset: int, log, progress: bool) -> tuple:
-    """Graph builder: tokenizer files, lm_head.npy and the backbone from the safetensors files (no torch
-    model), then transformers once for the self-check's references."""
-    from transformers import AutoConfig
-
+def _builder_steps(chosen, resolved, out_dir: Path, *, opset: int, log, progress: bool) -> tuple:
+    """Graph builder: tokenizer files, lm_head.npy and the backbone from the source's tensors (safetensors
+    or GGUF, one at a time, no torch model); the self-check's references come later, from a prefix
+    model (prefix_check.py), so no step holds the whole float model."""
     from .builder import build_backbone, write_lm_head
 
+    spec, source = chosen
     kind, path, catalogue_name = resolved
     source_info, default_name = source_facts(kind, path, catalogue_name, log=log)
     tokenizer = load_tokenizer(kind, path, log=log)
     tokenizer_facts = write_tokenizer_files(tokenizer, out_dir)
-    lm_shape = write_lm_head(path, out_dir / LM_HEAD_FILE, spec=spec)
+    lm_shape = write_lm_head(source, out_dir / LM_HEAD_FILE, spec=spec)
     log(f"wrote {LM_HEAD_FILE} {lm_shape}")
     bar = _tensor_bar(progress)
     try:
-        geometry = build_backbone(path, out_dir / ONNX_FILE, spec=spec, opset=opset, log=log, progress=bar)
+        geometry = build_backbone(source, out_dir / ONNX_FILE, spec=spec, opset=opset, log=log, progress=bar)
     finally:
         if progress:
             bar.close()
-    arch = architecture(AutoConfig.from_pretrained(path, local_files_only=True), geometry, lm_shape)
+    arch = architecture(source.transformers_config(), geometry, lm_shape)
     plan = plan_self_check(tokenizer, out_dir, tokenizer_facts, lm_shape[0])
-    log(f"self-check: transformers reference on {len(plan.reference_sequences())} sequences ...")
-    model = load_model(kind, path, log=log)
-    refs = torch_references(model, plan.reference_sequences(), plan.candidates)
-    del model
+    del tokenizer
     gc.collect()
-    return geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name
+    return geometry, arch, plan, None, tokenizer_facts, lm_shape, source_info, default_name
 
 
 def _tensor_bar(progress: bool):

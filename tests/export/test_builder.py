@@ -243,10 +243,11 @@ def test_unknown_architecture_names_the_fallback(tmp_path):
     assert choose_builder("off", "hf_folder", tmp_path.resolve()) is None
 
 
-def test_gguf_source_is_refused_by_builder_on(tmp_path):
+def test_unreadable_gguf_and_unknown_choice_are_refused(tmp_path):
+    """GGUF sources are the builder's too (test_builder_gguf.py); a file that is not one is named."""
     fake = tmp_path / "m.gguf"
     fake.write_bytes(b"GGUF")
-    with pytest.raises(ExportError, match=r"gguf source is not streamed yet.*--builder off"):
+    with pytest.raises(WeightError, match="m.gguf: not a readable GGUF file"):
         export_model(fake, tmp_path / "out", builder="on", progress=False)
     with pytest.raises(ExportError, match="choose one of"):
         export_model(fake, tmp_path / "out", builder="maybe", progress=False)

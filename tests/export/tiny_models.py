@@ -87,17 +87,22 @@ ARCHES = ["llama", "qwen2", "qwen3", "gemma3", "mistral", "phi3"]
 ADD_BOS = {"llama": True, "gemma3": True}
 
 
-def save_tiny_model(arch: str, folder: Path, *, spread_vectors: bool = False) -> Path:
+def save_tiny_model(arch: str, folder: Path, *, spread_vectors: bool = False, vocab_from_tokenizer: bool = False) -> Path:
     """Random-weight model + tokenizer saved as a Hugging Face folder (seeded: same weights each run).
 
     `spread_vectors`: also randomize every 1-D parameter (norm weights around their init, biases),
     which random init leaves at exactly 1 or 0, so that a graph that skips a norm weight or a bias
-    differs from one that does not (the graph builder's mutation tests)."""
+    differs from one that does not (the graph builder's mutation tests). `vocab_from_tokenizer`: as
+    many embedding rows as the tokenizer has tokens (a GGUF file's vocabulary is its token list)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    tokenizer = build_tokenizer(add_bos=ADD_BOS.get(arch, False))
+    config = tiny_config(arch)
+    if vocab_from_tokenizer:
+        config.vocab_size = len(tokenizer)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(tiny_config(arch)).eval()
+    model = AutoModelForCausalLM.from_config(config).eval()
     # Random init gives logits near 0 and flat probabilities, which would make the logit checks
     # weak; spread them (and give Gemma's soft-cap of 30 something to cap).
     with torch.no_grad():
@@ -108,5 +113,5 @@ def save_tiny_model(arch: str, folder: Path, *, spread_vectors: bool = False) ->
                 if param.ndim == 1:
                     param.add_(0.3 * torch.randn(param.shape, generator=gen))
     model.save_pretrained(folder)
-    build_tokenizer(add_bos=ADD_BOS.get(arch, False)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     return folder

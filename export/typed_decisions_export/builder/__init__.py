@@ -9,7 +9,12 @@ family file knows, and the oracle of the builder's tests (tests/export/test_buil
     geometry = build_backbone(folder, out / "model.onnx")
     write_lm_head(folder, out / "lm_head.npy")
 
+A GGUF file is a source too: `open_source("gguf", path)` reads its metadata into the same config
+dict (gguf_config.py) and de-quantizes its tensors one at a time (gguf_weights.py); `plan_source`
+and the functions above take that Source wherever they take a folder.
+
 Layout: errors.py, rope.py (inverse frequencies), weights.py (safetensors, one tensor at a time),
+gguf_config.py and gguf_weights.py (GGUF metadata and tensors),
 graph.py (the writer, external data), ops.py (norm, RoPE, attention, MLP, masks), decoder.py (a
 layer and the whole graph), spec.py (what a family says), families/ (one file per family).
 """
@@ -17,8 +22,10 @@ layer and the whole graph), spec.py (what a family says), families/ (one file pe
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -53,38 +60,94 @@ def supports(config: dict[str, Any]) -> bool:
 
 def plan(folder: Path) -> DecoderSpec:
     """The DecoderSpec of a folder's config.json, or UnsupportedArchitecture naming the fallback."""
+    return spec_of(read_config(folder))
+
+
+@dataclass
+class Source:
+    """A model source the builder reads: its config dict (config.json's keys), the transformers config
+    object of the same facts (the manifest and the self-check's reference use it), and its tensors."""
+
+    kind: str  # "hf_folder" or "gguf"
+    path: Path
+    config: dict[str, Any]
+    tensors: Any  # SafetensorsSource or GGUFSource
+    _hf_config: Any = None
+
+    def transformers_config(self) -> Any:
+        if self._hf_config is None:
+            from transformers import AutoConfig
+
+            self._hf_config = AutoConfig.from_pretrained(self.path, local_files_only=True)
+        return self._hf_config
+
+
+def open_source(kind: str, path: Path) -> Source:
+    """The Source of a Hugging Face folder (config.json + safetensors) or a GGUF file."""
+    path = Path(path)
+    if kind == "hf_folder":
+        return Source(kind, path, read_config(path), SafetensorsSource(path))
+    if kind == "gguf":
+        from .gguf_config import config_dict, transformers_config
+        from .gguf_reader import open_reader
+        from .gguf_weights import GGUFSource
+
+        reader = open_reader(path)
+        hf_config = transformers_config(reader)
+        config = config_dict(hf_config)
+        return Source(kind, path, config, GGUFSource(reader, config), hf_config)
+    raise BuilderError(f"{path}: the graph builder reads Hugging Face folders and GGUF files, not {kind!r}; {FALLBACK}")
+
+
+def spec_of(config: dict[str, Any]) -> DecoderSpec:
+    """The family's DecoderSpec of a config dict, or UnsupportedArchitecture naming the fallback."""
     from .families import registry
 
-    config = read_config(folder)
     family = registry().get(config.get("model_type"))
     if family is None:
         raise UnsupportedArchitecture(str(config.get("model_type")), list(registry()))
     return family.spec(config)
 
 
-def _lm_head_name(spec: DecoderSpec, source: SafetensorsSource) -> str:
+def plan_source(kind: str, path: Path) -> tuple[DecoderSpec, Source]:
+    """(DecoderSpec, Source) of a resolved source; the architecture is checked before any tensor."""
+    if kind == "hf_folder":
+        spec = plan(path)
+        return spec, open_source(kind, path)
+    source = open_source(kind, path)
+    return spec_of(source.config), source
+
+
+def _tensors(source: Any) -> Any:
+    """The tensor reader of a folder path or a Source."""
+    return source.tensors if isinstance(source, Source) else SafetensorsSource(source)
+
+
+def _lm_head_name(spec: DecoderSpec, source: Any) -> str:
     """The family's output embedding, or the input embedding when the checkpoint has no separate head."""
     return spec.lm_head if spec.lm_head in source else spec.embed
 
 
-def build_backbone(folder: Path, onnx_path: Path, *, spec: DecoderSpec | None = None, opset: int = 18,
+def build_backbone(folder: Path | Source, onnx_path: Path, *, spec: DecoderSpec | None = None, opset: int = 18,
                    log=print, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Write `onnx_path` (+ `.data`) for the model in `folder`; returns the geometry (onnx_export's keys)."""
+    """Write `onnx_path` (+ `.data`) for the model in `folder` (a Hugging Face folder or a Source);
+    returns the geometry (onnx_export's keys)."""
     from .decoder import write_backbone
 
-    spec = spec or plan(folder)
-    return write_backbone(spec, SafetensorsSource(folder), onnx_path, opset=opset, log=log, progress=progress)
+    spec = spec or (spec_of(folder.config) if isinstance(folder, Source) else plan(folder))
+    return write_backbone(spec, _tensors(folder), onnx_path, opset=opset, log=log, progress=progress)
 
 
-def write_lm_head(folder: Path, path: Path, *, spec: DecoderSpec | None = None) -> tuple[int, int]:
+def write_lm_head(folder: Path | Source, path: Path, *, spec: DecoderSpec | None = None) -> tuple[int, int]:
     """lm_head.npy, (vocab, hidden) float32, from the source's output embedding; returns its shape."""
-    spec = spec or plan(folder)
-    source = SafetensorsSource(folder)
+    spec = spec or (spec_of(folder.config) if isinstance(folder, Source) else plan(folder))
+    source = _tensors(folder)
     name = _lm_head_name(spec, source)
     head = source.get(name, (spec.vocab_size, spec.hidden_size))
     np.save(path, head)
     return tuple(head.shape)
 
 
-__all__ = ["BuilderError", "DecoderSpec", "UnsupportedArchitecture", "WeightError", "build_backbone",
-           "known_model_types", "plan", "read_config", "supports", "write_lm_head"]
+__all__ = ["BuilderError", "DecoderSpec", "Source", "UnsupportedArchitecture", "WeightError", "build_backbone",
+           "known_model_types", "open_source", "plan", "plan_source", "read_config", "spec_of", "supports",
+           "write_lm_head"]

@@ -1,0 +1,314 @@
+"""The graph builder reading GGUF files, and the builder's bounded self-check (prefix_check.py).
+
+Oracles:
+- the traced export of the same GGUF file (`builder="off"`: transformers de-quantizes it into a torch
+  model, torch.onnx traces that): the builder's graph must equal it within 1e-5 of the row's scale
+  (prefill, cached step, tree mask), and the Decider's answers from both directories within 1e-5.
+  Files: the catalogue's `tiny` (SmolLM2-135M, llama arch: llama.cpp's q/k permutation, tied
+  embeddings, Q4_1 + Q8_0), and tiny random Qwen2 (q/k/v biases, GQA, tied) and Llama (untied, q/k
+  permuted here as llama.cpp permutes them) written by tiny_gguf.py in Q8_0, Q4_1, F16 and F32;
+- transformers' own GGUF config (AutoConfig with gguf_file) for the metadata reading;
+- transformers' LlamaTensorProcessor and llama.cpp's permute for the un-permutation.
+
+Mutations (a swapped RoPE half, queries grouped onto the wrong KV heads, Qwen2's q/k/v biases left
+out, Gemma's logit soft-cap left out of the manifest, a full-export weight that differs from the
+checked prefix) must each make the bounded self-check fail.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typed_decisions_export.export as export_module
+from export_cache import cached_export
+from td_invariance import request, vector
+from test_builder import (
+    STATES,
+    TOL,
+    _Lazy,
+    _modulo_group,
+    _modulo_ungroup,
+    _swapped_rotate_half,
+    compare_graphs,
+)
+from tiny_gguf import write_gguf
+from tiny_models import save_tiny_model
+from typed_decisions_export import SelfCheckError, export_model
+from typed_decisions_export.builder import BuilderError, WeightError, open_source
+from typed_decisions_export.builder import ops as builder_ops
+from typed_decisions_export.builder.gguf_weights import unpermute
+from typed_decisions_export.builder_choice import choose_builder
+from typed_decisions_export.prefix_check import prefix_layers, weights_differing
+
+GGUF_ARCHES = ["qwen2", "llama"]
+
+
+@pytest.fixture(scope="module")
+def tiny_ggufs(tmp_path_factory):
+    """arch -> tiny GGUF file (spread norm weights and biases, vocabulary = the tokenizer's)."""
+    root = tmp_path_factory.mktemp("tiny_gguf")
+
+    def make(arch):
+        folder = save_tiny_model(arch, root / arch, spread_vectors=True, vocab_from_tokenizer=True)
+        return write_gguf(folder, root / f"{arch}.gguf")
+
+    return _Lazy(make)
+
+
+@pytest.fixture(scope="module")
+def gguf_pairs(tiny_ggufs, tmp_path_factory):
+    """arch -> {"traced": (dir, manifest), "builder": (dir, manifest)} exported from the same GGUF."""
+    root = tmp_path_factory.mktemp("gguf_pairs")
+
+    def make(arch):
+        return {mode: (root / arch / mode, export_model(tiny_ggufs[arch], root / arch / mode, progress=False,
+                                                         builder=flag))
+                for mode, flag in (("traced", "off"), ("builder", "auto"))}
+
+    return _Lazy(make)
+
+
+@pytest.fixture(scope="module")
+def smollm2_pair(smollm2_gguf, tmp_path_factory):
+    """SmolLM2-135M GGUF: the traced export (cached on disk) and a builder export (this run)."""
+    traced = cached_export("smollm2-135m-traced", lambda work: export_model(
+        smollm2_gguf, work, name="smollm2-135m", progress=False, builder="off"))
+    built = tmp_path_factory.mktemp("smollm2_builder") / "out"
+    manifest = export_model(smollm2_gguf, built, name="smollm2-135m", progress=False, builder="auto")
+    return {"traced": (traced, json.loads((traced / "manifest.json").read_text())), "builder": (built, manifest)}
+
+
+def _assert_same_export(pair):
+    (bdir, bman), (tdir, tman) = pair["builder"], pair["traced"]
+    assert bman["export"]["graph"] == "builder" and tman["export"]["graph"] == "traced"
+    assert bman["self_check"]["passed"] and tman["self_check"]["passed"]
+    assert bman["self_check"]["prefix"]["weights_differing"] == []
+    errors = compare_graphs(bdir / "model.onnx", tdir / "model.onnx")
+    assert set(errors) == {"prefill", "cached_step", "tree"}
+    assert max(errors.values()) <= TOL, errors
+    for key in ("format_version", "architecture", "attention_mask", "lm_head", "tokenizer", "dtype", "opset", "source"):
+        assert bman[key] == tman[key], key
+    np.testing.assert_array_equal(np.load(bdir / "lm_head.npy"), np.load(tdir / "lm_head.npy"))
+    assert (bdir / "chat_template.jinja").read_text() == (tdir / "chat_template.jinja").read_text()
+    assert (bdir / "tokenizer.json").read_bytes() == (tdir / "tokenizer.json").read_bytes()
+
+
+def _assert_same_answers(pair):
+    from typed_decisions.decider import Decider
+
+    built, traced = Decider.load(pair["builder"][0]), Decider.load(pair["traced"][0])
+    requests = [request(s) for s in STATES]
+    ref = np.stack([vector(r) for r in traced.run_many(requests, use_cache=False)])
+    alone = np.stack([vector(built.run(r)) for r in requests])
+    batched = np.stack([vector(r) for r in built.run_many(requests, use_cache=False)])
+    assert np.abs(alone - ref).max() <= TOL and np.abs(batched - ref).max() <= TOL
+    return ref
+
+
+# --- builder from GGUF = traced from GGUF -------------------------------------------------------------
+@pytest.mark.parametrize("arch", GGUF_ARCHES)
+def test_tiny_gguf_builder_equals_traced(gguf_pairs, arch):
+    _assert_same_export(gguf_pairs[arch])
+    ref = _assert_same_answers(gguf_pairs[arch])
+    assert np.abs(ref[:, :3] - 1 / 3).max() > 0.05  # not a vacuous match of flat answers
+
+
+def test_smollm2_gguf_builder_equals_traced(smollm2_pair):
+    _assert_same_export(smollm2_pair)
+    _assert_same_answers(smollm2_pair)
+    check = smollm2_pair["builder"][1]["self_check"]["prefix"]
+    assert check["layers"] == 2 and check["of_layers"] == 30 and check["tokens"] < 200
+
+
+# --- metadata and tensors against transformers ---------------------------------------------------------
+FAMILY_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+               "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_parameters", "tie_word_embeddings",
+               "vocab_size", "sliding_window", "use_sliding_window", "max_window_layers", "attention_bias",
+               "mlp_bias", "max_position_embeddings", "layer_types")
+
+
+@pytest.mark.parametrize("which", ["qwen2", "llama", "smollm2"])
+def test_gguf_config_equals_transformers(tiny_ggufs, smollm2_gguf, which):
+    from transformers import AutoConfig
+
+    path = smollm2_gguf if which == "smollm2" else tiny_ggufs[which]
+    ours = open_source("gguf", path).config
+    ref = AutoConfig.from_pretrained(path.parent, gguf_file=path.name).to_dict()
+    for key in FAMILY_KEYS:
+        assert ours.get(key) == ref.get(key), key
+
+
+def test_unpermute_inverts_llama_cpp_and_equals_transformers():
+    from tiny_gguf import _permute
+    from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+
+    rng = np.random.default_rng(0)
+    for heads, kv, name in ((4, 4, "blk.0.attn_q.weight"), (4, 2, "blk.0.attn_k.weight")):
+        w = rng.standard_normal((kv * 16, 64)).astype(np.float32)
+        permuted = _permute(w, kv)
+        assert not np.array_equal(permuted, w)
+        np.testing.assert_array_equal(unpermute(permuted, kv), w)
+        ref = LlamaTensorProcessor(config={"num_attention_heads": heads, "num_key_value_heads": kv})
+        np.testing.assert_array_equal(unpermute(permuted, kv), ref.process(permuted, name).weights)
+
+
+# --- refusals --------------------------------------------------------------------------------------------
+def test_truncated_gguf_names_the_tensor(tiny_ggufs, tmp_path):
+    from gguf import GGUFReader
+
+    data = tiny_ggufs["qwen2"].read_bytes()
+    last = max(GGUFReader(tiny_ggufs["qwen2"]).tensors, key=lambda t: t.data_offset)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:-100])
+    with pytest.raises(WeightError, match=rf"'{last.name}'.*truncated"):
+        open_source("gguf", cut)
+    for flag in ("auto", "on"):  # the traced path could not read it either: no fallback
+        with pytest.raises(WeightError, match=last.name):
+            export_model(cut, tmp_path / f"out-{flag}", progress=False, builder=flag)
+    (tmp_path / "junk.gguf").write_bytes(b"GGUF")
+    with pytest.raises(WeightError, match="junk.gguf: not a readable GGUF file"):
+        open_source("gguf", tmp_path / "junk.gguf")
+
+
+def test_corrupt_gguf_tensor_is_named(tiny_ggufs, tmp_path):
+    """An F16 weight whose bytes became NaN is refused by name when it is read."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    t = next(t for t in GGUFReader(tiny_ggufs["qwen2"]).tensors if t.tensor_type == GGMLQuantizationType.F16)
+    data = bytearray(tiny_ggufs["qwen2"].read_bytes())
+    data[t.data_offset:t.data_offset + 2] = np.float16(np.nan).tobytes()
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(WeightError, match=rf"'{t.name}'.*NaN"):
+        export_model(bad, tmp_path / "out", progress=False, builder="on")
+
+
+def test_unknown_gguf_architecture_falls_back(tmp_path):
+    import gguf
+
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "gpt2")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    lines = []
+    assert choose_builder("auto", "gguf", tmp_path / "m.gguf", log=lines.append) is None
+    assert "'gpt2' GGUF" in lines[0] and "traced" in lines[0]
+    with pytest.raises(BuilderError, match=r"'gpt2' GGUF.*--builder off"):
+        choose_builder("on", "gguf", tmp_path / "m.gguf")
+
+
+# --- the bounded self-check ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bounded")
+    return _Lazy(lambda arch: save_tiny_model(arch, root / arch, spread_vectors=True))
+
+
+def _mutate_spec(monkeypatch, mutate):
+    real = export_module.choose_builder
+
+    def patched(*args, **kwargs):
+        spec, source = real(*args, **kwargs)
+        return mutate(spec), source
+
+    monkeypatch.setattr(export_module, "choose_builder", patched)
+
+
+def _without_qkv_bias(spec):
+    assert all(layer.q.bias and layer.k.bias and layer.v.bias for layer in spec.layers)
+    return replace(spec, layers=tuple(replace(layer, q=replace(layer.q, bias=None), k=replace(layer.k, bias=None),
+                                              v=replace(layer.v, bias=None)) for layer in spec.layers))
+
+
+def _without_softcap(real):
+    def architecture(*args, **kwargs):
+        arch = real(*args, **kwargs)
+        assert arch["final_logit_softcapping"] == 30.0
+        return dict(arch, final_logit_softcapping=None)
+
+    return architecture
+
+
+@pytest.mark.parametrize("mutation", ["rope_half_swapped", "gqa_grouping", "qkv_bias_missing", "softcap_missing"])
+@pytest.mark.parametrize("source", ["folder", "gguf"])
+def test_bounded_self_check_fails_a_wrong_graph(folders, tiny_ggufs, tmp_path, monkeypatch, mutation, source):
+    if source == "gguf" and mutation == "softcap_missing":
+        pytest.skip("no Gemma GGUF among the builder's GGUF architectures")
+    arch = "gemma3" if mutation == "softcap_missing" else "qwen2"  # qwen2: GQA 4 on 2, q/k/v biases, RoPE
+    src = tiny_ggufs[arch] if source == "gguf" else folders[arch]
+    if mutation == "rope_half_swapped":
+        monkeypatch.setattr(builder_ops, "rotate_half", _swapped_rotate_half)
+    elif mutation == "gqa_grouping":
+        monkeypatch.setattr(builder_ops, "group_queries", _modulo_group)
+        monkeypatch.setattr(builder_ops, "ungroup_queries", _modulo_ungroup)
+    elif mutation == "qkv_bias_missing":
+        _mutate_spec(monkeypatch, _without_qkv_bias)
+    else:
+        monkeypatch.setattr(export_module, "architecture", _without_softcap(export_module.architecture))
+    with pytest.raises(SelfCheckError, match="logits_rel" if mutation == "softcap_missing" else "hidden_rel"):
+        export_model(src, tmp_path / "bad", progress=False, builder="on")
+    assert not (tmp_path / "bad" / "manifest.json").exists()
+    assert not list((tmp_path / "bad").glob(".selfcheck-*"))  # the scratch prefix is gone
+
+
+def test_prefix_covers_every_layer_kind(folders):
+    from typed_decisions_export.builder import plan
+    from typed_decisions_export.builder.families import gemma3
+
+    assert prefix_layers(plan(folders["qwen2"])) == 2
+    config = json.loads((folders["gemma3"] / "config.json").read_text())
+    config = dict(config, num_hidden_layers=12, layer_types=None, sliding_window_pattern=6)
+    spec = gemma3.spec(config)  # five sliding layers, then a full one: the prefix reaches the full one
+    assert [layer.sliding_window for layer in spec.layers[:6]] == [8] * 5 + [None]
+    assert prefix_layers(spec) == 6
+
+
+def test_weights_check_sees_a_changed_full_export(gguf_pairs, tmp_path):
+    """The prefix must be what ships: a full-export weight changed after writing is named."""
+    import tempfile
+
+    from typed_decisions_export.builder import _lm_head_name
+    from typed_decisions_export.builder.decoder import write_backbone
+    from typed_decisions_export.prefix_check import VocabSlice
+
+    bdir = gguf_pairs["qwen2"]["builder"][0]
+    full = tmp_path / "full"
+    shutil.copytree(bdir, full)
+    spec, source = choose_builder("on", "gguf", Path(gguf_pairs["qwen2"]["builder"][1]["source"]["path"]))
+    ids = [0, 3, 7, 11]
+    head = _lm_head_name(spec, source.tensors)
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+        scratch = Path(scratch)
+        tensors = VocabSlice(source.tensors, {spec.embed, head}, ids)
+        write_backbone(replace(spec, vocab_size=len(ids)), tensors, scratch / "model.onnx", log=lambda m: None)
+        np.save(scratch / "lm_head.npy", tensors.get(head))
+        assert weights_differing(full, scratch, spec.embed, ids)[1] == []
+        import onnx
+
+        model = onnx.load(str(full / "model.onnx"), load_external_data=False)
+        t = next(t for t in model.graph.initializer if t.name == "model.layers.1.mlp.down_proj.weight")
+        offset = int({e.key: e.value for e in t.external_data}["offset"])
+        with open(full / "model.onnx.data", "r+b") as f:
+            f.seek(offset + 8)
+            f.write(np.float32(1.5).tobytes())
+        assert weights_differing(full, scratch, spec.embed, ids)[1] == ["model.layers.1.mlp.down_proj.weight"]
+
+
+def test_builder_reads_a_separate_output_weight(smollm2_gguf, tmp_path):
+    """A GGUF with `output.weight` (here -token_embd in F16) is untied: lm_head.npy is that tensor."""
+    from test_export_smollm2 import _untied_gguf
+    from typed_decisions_export.builder import spec_of, write_lm_head
+
+    head = _untied_gguf(smollm2_gguf, tmp_path / "untied.gguf")
+    source = open_source("gguf", tmp_path / "untied.gguf")
+    assert source.config["tie_word_embeddings"] is False
+    write_lm_head(source, tmp_path / "lm_head.npy", spec=spec_of(source.config))
+    np.testing.assert_array_equal(np.load(tmp_path / "lm_head.npy"), head.astype(np.float32))
