@@ -18,25 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from benchmarks import harness
-
-
-def timed(cmd: list[str], log: Path) -> dict[str, float]:
-    """Run `cmd` under /usr/bin/time -v; (wall seconds, peak RSS bytes)."""
-    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
-    log.write_text(done.stdout + done.stderr)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(cmd[:3])} failed, see {log}:\n{done.stderr[-2000:]}")
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", done.stderr).group(1)
-    seconds = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall.split(":"))))
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1)) * 1024
-    return {"seconds": round(seconds, 1), "peak_rss_bytes": rss}
 
 
 def make_folder(model: str, folder: Path) -> Path:
@@ -91,7 +77,7 @@ def main() -> None:
             shutil.rmtree(out, ignore_errors=True)
             cmd = [sys.executable, "-m", "typed_decisions_export.cli", str(folder), "--out", str(out),
                    "--builder", mode, "--quiet"]
-            results[mode] = timed(cmd, args.work / model / f"builder-{mode}.log")
+            results[mode] = harness.time_v(cmd, args.work / model / f"builder-{mode}.log")
         a = OrtBackbone(args.work / model / "builder-on" / "model.onnx")
         b = OrtBackbone(args.work / model / "builder-off" / "model.onnx")
         ids = list(range(100, 164))

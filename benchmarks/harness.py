@@ -14,14 +14,16 @@ import argparse
 import datetime as _dt
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -152,6 +154,19 @@ def common_args(p: argparse.ArgumentParser, *, threads: int | None = 2, out: boo
 # --------------------------------------------------------------------------- timing
 
 
+def time_v(cmd: list[str], log: Path) -> dict[str, float]:
+    """Run ``cmd`` under ``/usr/bin/time -v`` (its output and the report saved to ``log``): wall
+    seconds and peak RSS bytes. A failing command stops the benchmark with its log's tail."""
+    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, check=False)
+    log.write_text(done.stdout + done.stderr)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(cmd[:3])} failed, see {log}:\n{done.stderr[-2000:]}")
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", done.stderr).group(1)
+    seconds = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall.split(":"))))
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1)) * 1024
+    return {"seconds": round(seconds, 1), "peak_rss_bytes": rss}
+
+
 def summarize(times: list[float]) -> dict[str, float]:
     """Median, p95 (linear interpolation), min of latencies in seconds.
 
@@ -258,8 +273,7 @@ class RssSampler:
     def _loop(self) -> None:
         while not self._stop.wait(0.01):
             r = self.rss()
-            if r > self.peaks[self.current]:
-                self.peaks[self.current] = r
+            self.peaks[self.current] = max(self.peaks[self.current], r)
 
     def phase(self, name: str) -> None:
         self.current = name

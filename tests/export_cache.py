@@ -59,3 +59,24 @@ def cached_export(key: str, build) -> Path:
         shutil.rmtree(final, ignore_errors=True)
         work.rename(final)
     return final
+
+
+STATES = [  # the support-ticket states the export comparisons ask (builder, adopted graphs)
+    "I was charged twice for my subscription this month. Please refund the duplicate charge today.",
+    "Do you offer a discount for schools that buy forty licences at once?",
+    "The app crashes when I open invoices, and the outage started an hour ago.",
+]
+
+
+class Lazy(dict):
+    """A dict that makes a missing key's value once (``make(key)``): exports per architecture,
+    built on first use within a test module."""
+
+    def __init__(self, make):
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key):
+        self[key] = self._make(key)
+        return self[key]
+

@@ -19,25 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from benchmarks import harness
-
-
-def timed(cmd: list[str], log: Path) -> dict[str, float]:
-    """Run `cmd` under /usr/bin/time -v; (wall seconds, peak RSS bytes)."""
-    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
-    log.write_text(done.stdout + done.stderr)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(cmd[:3])} failed, see {log}:\n{done.stderr[-2000:]}")
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", done.stderr).group(1)
-    seconds = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall.split(":"))))
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1)) * 1024
-    return {"seconds": round(seconds, 1), "peak_rss_bytes": rss}
 
 
 def main() -> None:
@@ -68,10 +55,10 @@ def main() -> None:
     subprocess.run([py, "-c", to_hf], check=True, capture_output=True)
 
     steps = {
-        "export": timed([str(bin_dir / "typed-decisions"), "export", str(work / "hf"), "--out", str(work / "own"), "--quiet"], work / "export.log"),
-        "optimum": timed([str(venv / "bin" / "optimum-cli"), "export", "onnx", "--model", str(work / "hf"),
+        "export": harness.time_v([str(bin_dir / "typed-decisions"), "export", str(work / "hf"), "--out", str(work / "own"), "--quiet"], work / "export.log"),
+        "optimum": harness.time_v([str(venv / "bin" / "optimum-cli"), "export", "onnx", "--model", str(work / "hf"),
                           "--task", "text-generation-with-past", str(work / "opt")], work / "optimum.log"),
-        "adopt": timed([str(bin_dir / "typed-decisions"), "adopt", str(work / "opt"), "--out", str(work / "adopted"), "--quiet"], work / "adopt.log"),
+        "adopt": harness.time_v([str(bin_dir / "typed-decisions"), "adopt", str(work / "opt"), "--out", str(work / "adopted"), "--quiet"], work / "adopt.log"),
     }
     from benchmarks.invariance import A, B, C, request, vector
     from typed_decisions.decider import Decider

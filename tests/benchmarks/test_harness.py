@@ -59,3 +59,18 @@ def test_llama_cpp_loads_from_a_site_directory_without_touching_sys_path(tmp_pat
     finally:
         for name in [m for m in sys.modules if m.startswith("fake_llama_td")]:
             del sys.modules[name]
+
+
+def test_time_v_reads_wall_time_and_peak_rss_and_stops_on_failure(tmp_path):
+    import sys
+
+    import pytest
+
+    from benchmarks.harness import time_v
+
+    got = time_v([sys.executable, "-c", "x = bytearray(300_000_000); x[::4096] = b'1' * len(x[::4096])"],
+                 tmp_path / "ok.log")
+    assert got["peak_rss_bytes"] > 300_000_000 and got["seconds"] >= 0
+    assert "Maximum resident set size" in (tmp_path / "ok.log").read_text()
+    with pytest.raises(SystemExit, match="failed, see"):
+        time_v([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "bad.log")

@@ -17,44 +17,27 @@ import sys
 
 import numpy as np
 import pytest
-from export_cache import cached_export
+from export_cache import STATES, Lazy, cached_export
 from foreign_exports import optimum_export
 from td_invariance import QUESTIONS, request, vector
-
-from typed_decisions.artifacts import load_artifacts
-from typed_decisions.decider import Decider
 from typed_decisions_export.adopt import adopt_onnx
 from typed_decisions_export.adopt.check import CHECKS, TOLERANCES
 
+from typed_decisions.artifacts import load_artifacts
+from typed_decisions.decider import Decider
+
 ARCHES = ["llama", "qwen2", "mistral"]
-STATES = [
-    "I was charged twice for my subscription this month. Please refund the duplicate charge today.",
-    "Do you offer a discount for schools that buy forty licences at once?",
-    "The app crashes when I open invoices, and the outage started an hour ago.",
-]
-
-
-class _Lazy(dict):
-    def __init__(self, make):
-        super().__init__()
-        self._make = make
-
-    def __missing__(self, key):
-        self[key] = self._make(key)
-        return self[key]
-
-
 @pytest.fixture(scope="module")
 def optimum_folders():
     """arch -> folder with hf/ and onnx/ (Optimum's export), cached on disk."""
-    return _Lazy(optimum_export)
+    return Lazy(optimum_export)
 
 
 @pytest.fixture(scope="module")
 def adopted(optimum_folders, tmp_path_factory):
     """arch -> (adopted dir, manifest)."""
     root = tmp_path_factory.mktemp("adopted")
-    return _Lazy(lambda arch: (root / arch, adopt_onnx(optimum_folders[arch] / "onnx", root / arch,
+    return Lazy(lambda arch: (root / arch, adopt_onnx(optimum_folders[arch] / "onnx", root / arch,
                                                        name=f"adopted-{arch}", progress=False)))
 
 
@@ -68,7 +51,7 @@ def own_exports(optimum_folders):
         out = cached_export(f"{folder.name}-own", lambda work: export_model(folder / "hf", work, name=f"own-{arch}", progress=False))
         return out, json.loads((out / "manifest.json").read_text())
 
-    return _Lazy(make)
+    return Lazy(make)
 
 
 @pytest.mark.parametrize("arch", ARCHES)

@@ -20,39 +20,27 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_models import ARCHES, save_tiny_model
+from export_cache import STATES, Lazy
 from td_invariance import request, vector
-
+from tiny_models import ARCHES, save_tiny_model
 from typed_decisions_export import ExportError, export_model
-from typed_decisions_export.builder import UnsupportedArchitecture, WeightError, build_backbone, plan
+from typed_decisions_export.builder import (
+    UnsupportedArchitecture,
+    WeightError,
+    build_backbone,
+    plan,
+)
 from typed_decisions_export.builder import ops as builder_ops
 from typed_decisions_export.builder.weights import SafetensorsSource
 from typed_decisions_export.builder_choice import choose_builder
 from typed_decisions_export.ort_backbone import OrtBackbone
 
 TOL = 1e-5
-STATES = [
-    "I was charged twice for my subscription this month. Please refund the duplicate charge today.",
-    "Do you offer a discount for schools that buy forty licences at once?",
-    "The app crashes when I open invoices, and the outage started an hour ago.",
-]
-
-
-class _Lazy(dict):
-    def __init__(self, make):
-        super().__init__()
-        self._make = make
-
-    def __missing__(self, key):
-        self[key] = self._make(key)
-        return self[key]
-
-
 @pytest.fixture(scope="module")
 def spread_folders(tmp_path_factory):
     """arch -> tiny HF folder with spread norm weights and biases."""
     root = tmp_path_factory.mktemp("spread")
-    return _Lazy(lambda arch: save_tiny_model(arch, root / arch, spread_vectors=True))
+    return Lazy(lambda arch: save_tiny_model(arch, root / arch, spread_vectors=True))
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +55,7 @@ def pairs(spread_folders, tmp_path_factory):
             out[mode] = (d, export_model(spread_folders[arch], d, name=f"tiny-{arch}", progress=False, builder=flag))
         return out
 
-    return _Lazy(make)
+    return Lazy(make)
 
 
 # --- the comparison ---------------------------------------------------------------------------------
@@ -295,7 +283,6 @@ def test_rope_inverse_frequencies_match_transformers(params):
     """Our numpy inverse frequencies against transformers' own rope init functions."""
     import transformers as tf
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
     from typed_decisions_export.builder.rope import inv_freq
 
     config = tf.LlamaConfig(hidden_size=256, num_attention_heads=2, max_position_embeddings=131072,
