@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import harness
-from benchmarks.builder_vs_traced import timed
 
 TEXT = ("def merge_sorted(a: list[int], b: list[int]) -> list[int]:\n    \"\"\"Merge two sorted lists into one "
         "sorted list.\"\"\"\n    out, i, j = [], 0, 0\n    while i < len(a) and j < len(b):\n        if a[i] <= b[j]:\n"
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     timing = args.work.with_name(args.work.name + ".time.json")
     if not ((args.work / "manifest.json").is_file() and timing.is_file()):
         cmd = [sys.executable, "-m", "typed_decisions_export.cli", args.model, "--out", str(args.work), "--quiet"]
-        run = timed(cmd, args.work.with_name(args.work.name + ".time.log")) | {"load_avg_after": list(os.getloadavg())}
+        run = harness.time_v(cmd, args.work.with_name(args.work.name + ".time.log")) | {"load_avg_after": list(os.getloadavg())}
         timing.write_text(json.dumps(run))
     run = json.loads(timing.read_text())
     manifest = json.loads((args.work / "manifest.json").read_text())

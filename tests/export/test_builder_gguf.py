@@ -25,12 +25,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typed_decisions_export.export as export_module
-from export_cache import cached_export
+from export_cache import STATES, Lazy, cached_export
 from td_invariance import request, vector
 from test_builder import (
-    STATES,
     TOL,
-    _Lazy,
     _modulo_group,
     _modulo_ungroup,
     _swapped_rotate_half,
@@ -57,7 +55,7 @@ def tiny_ggufs(tmp_path_factory):
         folder = save_tiny_model(arch, root / arch, spread_vectors=True, vocab_from_tokenizer=True)
         return write_gguf(folder, root / f"{arch}.gguf")
 
-    return _Lazy(make)
+    return Lazy(make)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +68,7 @@ def gguf_pairs(tiny_ggufs, tmp_path_factory):
                                                          builder=flag))
                 for mode, flag in (("traced", "off"), ("builder", "auto"))}
 
-    return _Lazy(make)
+    return Lazy(make)
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +207,7 @@ def test_unknown_gguf_architecture_falls_back(tmp_path):
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("bounded")
-    return _Lazy(lambda arch: save_tiny_model(arch, root / arch, spread_vectors=True))
+    return Lazy(lambda arch: save_tiny_model(arch, root / arch, spread_vectors=True))
 
 
 def _mutate_spec(monkeypatch, mutate):
