@@ -75,7 +75,8 @@ def _layer(g: GraphWriter, w: _Weights, spec: DecoderSpec, i: int, layer: Layer,
     h, kv, d, hidden = spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.hidden_size
     eps, off = spec.rms_norm_eps, spec.norm_offset
     residual = x
-    x = ops.rms_norm(g, x, w.vector(layer.input_norm, hidden, offset=off), eps)
+    x = ops.rms_norm(g, x, w.vector(layer.input_norm, hidden, offset=off), eps,
+                     scope=_scope(spec, i, "input_layernorm")[:-1])  # SmoothQuant folds into it by this name
     q = ops.linear(g, x, *w.proj(layer.q, h * d, hidden), scope=_scope(spec, i, "self_attn", "q_proj"))
     k = ops.linear(g, x, *w.proj(layer.k, kv * d, hidden), scope=_scope(spec, i, "self_attn", "k_proj"))
     v = ops.linear(g, x, *w.proj(layer.v, kv * d, hidden), scope=_scope(spec, i, "self_attn", "v_proj"))
@@ -100,7 +101,8 @@ def _layer(g: GraphWriter, w: _Weights, spec: DecoderSpec, i: int, layer: Layer,
     else:
         x = g.op("Add", [residual, att])
         residual = x
-        x = ops.rms_norm(g, x, w.vector(layer.post_attention_norm, hidden, offset=off), eps)
+        x = ops.rms_norm(g, x, w.vector(layer.post_attention_norm, hidden, offset=off), eps,
+                         scope=_scope(spec, i, "post_attention_layernorm")[:-1])
     inter = spec.intermediate_size
     gate = ops.linear(g, x, *w.proj(layer.gate, inter, hidden), scope=_scope(spec, i, "mlp", "gate_proj"))
     up = ops.linear(g, x, *w.proj(layer.up, inter, hidden), scope=_scope(spec, i, "mlp", "up_proj"))
