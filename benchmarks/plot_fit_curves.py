@@ -49,7 +49,7 @@ def table(result: dict[str, Any]) -> str:
             continue
         lines.append(f"| {'mean ' + m.upper() if m != 'ece_pooled' else 'ECE of all answers pooled'} | "
                      f"{fmt(mean['zero_shot'][m])} | " + " | ".join(fmt(mean[p][k][m]) for p, k in cols) + " |")
-        floor = m.replace("ece", "ece_floor") if m == "ece" else "ece_pooled_floor"
+        floor = {"ece": "ece_floor", "ece_pooled": "ece_pooled_floor"}.get(m)
         if floor in mean["zero_shot"]:
             lines.append(f"| its floor (perfect calibration, same rows) | {mean['zero_shot'][floor]:.3f} | "
                          + " | ".join(f"{mean[p][k][floor]:.3f}" for p, k in cols) + " |")
