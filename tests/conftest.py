@@ -96,16 +96,19 @@ def tiny_gguf():
 # --- exported models shared by the runtime, server and integration tests -------------------------
 @pytest.fixture(scope="session")
 def tiny_model_dir(tiny_gguf):
-    """The tiny real model (SmolLM2-135M-Instruct) exported to ONNX, fp32; cached across runs
-    (tests/export_cache.py: rebuilt when the exporter's sources change)."""
+    """The tiny real model (SmolLM2-135M-Instruct) exported to ONNX, fp32, by the traced path (the
+    graph the runtime's transformers-oracle suites hold to 1e-5; the builder's export of the same
+    GGUF is compared with this one in tests/export/test_builder_gguf.py; on the one-child label mass
+    the builder's differs from transformers by 1.04e-5 relative, under investigation); cached across
+    runs (tests/export_cache.py: rebuilt when the exporter's sources change)."""
     from export_cache import cached_export
 
     def build(work):
         from typed_decisions_export import export_model
 
-        export_model(tiny_gguf, work, name="smollm2-135m", progress=False)
+        export_model(tiny_gguf, work, name="smollm2-135m", progress=False, builder="off")
 
-    return cached_export("smollm2-135m", build)
+    return cached_export("smollm2-135m-traced", build)
 
 
 @pytest.fixture(scope="session")
