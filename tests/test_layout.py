@@ -204,6 +204,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_sees_function_level_imports():
     graph = import_graph()
     assert "typed_decisions.evaluation.cli" in graph["typed_decisions.cli"]  # imported inside a function
+    assert "typed_decisions.presets.cli" in graph["typed_decisions.cli"]  # so the presets rules below see the command
     assert "typed_decisions.artifacts" not in graph["typed_decisions.quantized"]  # TYPE_CHECKING, annotations only
     # TYPE_CHECKING, but answer_preset(decider: Decider) calls decider.run: a run-time edge
     assert "typed_decisions.decider" in graph["typed_decisions.presets.answer"]

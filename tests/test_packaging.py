@@ -13,7 +13,7 @@ import typed_decisions
 RUNTIME_MODULES = ["typed_decisions", "typed_decisions.cli", "typed_decisions.engine",
                    "typed_decisions.decider", "typed_decisions.server", "typed_decisions.compiler",
                    "typed_decisions.models", "typed_decisions.artifacts", "typed_decisions.evaluation.cli",
-                   "typed_decisions.client"]
+                   "typed_decisions.presets.cli", "typed_decisions.client"]
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -217,7 +217,7 @@ def _cmd_fit(argv: list[str]) -> int:
 
 
 def _cmd_presets(argv: list[str]) -> int:
-    from .evaluation.cli import main_presets
+    from .presets.cli import main_presets
 
     return int(main_presets(argv) or 0)
 

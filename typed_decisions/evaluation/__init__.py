@@ -9,11 +9,12 @@ them of labelled rows and measures the answers. One module per idea:
     fitting.py      calibration fitting (temperature, contextual, combined); applying is ``calibration.py``
     permutation.py  how much option order moves the probabilities
     fit.py          ``typed-decisions fit``: a fitted head from a dataset's rows, into a preset
-    cli.py          ``typed-decisions eval | calibrate | presets``
+    cli.py          ``typed-decisions eval | calibrate``
 
 The question spec (``QuestionSpec``) is ``typed_decisions/spec.py`` and the presets are
-``typed_decisions/presets/`` (the server serves them; it never imports this package). This
-package fits their calibrations and heads; ``presets.py`` here only re-exports the old import path.
+``typed_decisions/presets/`` with their command, ``typed-decisions presets`` (the server serves
+them; it never imports this package). This package fits their calibrations and heads;
+``presets.py`` here and the name ``main_presets`` below only keep the old import paths.
 
 Nothing in the pipeline imports this package; it reaches the engine only through ``Decider``.
 The names below are imported lazily (the submodules are the home of everything else).
@@ -30,7 +31,7 @@ _EXPORTS = {
     "plot_reliability": "run",
     "calibration_fit": "fitting", "fit_temperature": "fitting",
     "load_dataset": "datasets", "load_preset": "..presets", "answer_preset": "..presets",
-    "main_eval": "cli", "main_calibrate": "cli", "main_presets": "cli",
+    "main_eval": "cli", "main_calibrate": "cli", "main_presets": "..presets.cli",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -44,9 +45,10 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .cli import main_calibrate, main_eval, main_presets
+    from .cli import main_calibrate, main_eval
     from .datasets import load_dataset
     from .fitting import calibration_fit, fit_temperature
     from ..presets import answer_preset, load_preset
+    from ..presets.cli import main_presets
     from .run import collect_probabilities, content_free_probabilities, evaluate, plot_reliability
     from ..spec import OptionSpec, QuestionSpec

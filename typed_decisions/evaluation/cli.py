@@ -1,8 +1,10 @@
-"""The evaluation commands: ``typed-decisions eval``, ``calibrate`` and ``presets``.
+"""The evaluation commands: ``typed-decisions eval`` and ``calibrate``.
 
 Argument parsing and printing only; the work is in ``run.py`` (asking and scoring), ``fitting.py``
-(calibration fitting), ``datasets.py`` and ``presets.py``. Each ``main_*`` takes the arguments
-after its subcommand and returns the exit status (``typed_decisions.cli`` dispatches to them).
+(calibration fitting) and ``datasets.py``. Each ``main_*`` takes the arguments after its
+subcommand and returns the exit status (``typed_decisions.cli`` dispatches to them). The
+``presets`` command is the presets' own (``typed_decisions/presets/cli.py``); ``calibrate
+--to-preset`` writes a preset through ``typed_decisions.presets``.
 """
 
 from __future__ import annotations
@@ -22,13 +24,12 @@ from ..wording import WORDINGS
 from ..errors import InvalidRequestError, TypedDecisionsError
 from .datasets import get_spec, load_dataset, rows_for
 from .fitting import calibration_fit
-from ..presets import (DeciderSettings, Preset, PresetCalibration, PresetFit, answer_preset, content_hash,
-                      examples_hash, list_presets, load_preset, preset_file, register_preset, select_head,
-                      with_calibration)
+from ..presets import (DeciderSettings, Preset, PresetCalibration, PresetFit, examples_hash, load_preset, preset_file,
+                      select_head, with_calibration)
 from .run import MATPLOTLIB_HINT, collect_probabilities, content_free_probabilities, evaluate, plot_reliability
 from ..spec import QuestionSpec, shot_rows
 
-__all__ = ["main_calibrate", "main_eval", "main_presets", "read_jsonl"]
+__all__ = ["main_calibrate", "main_eval", "read_jsonl"]
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -317,60 +318,3 @@ def _write_preset_calibration(args: argparse.Namespace, argv: list[str], preset:
     if not own:
         print(f"shipped preset {data['name']} was v{data['version'] - 1}: the copy is v{data['version']}. Add other "
               f"models with --preset {args.to_preset}; ship it with: typed-decisions presets register {args.to_preset}")
-
-
-def main_presets(argv: list[str]) -> int:
-    """``typed-decisions presets list | show NAME | hash NAME | register FILE | answer NAME --model DIR [STATE | -]``."""
-    p = argparse.ArgumentParser(prog="typed-decisions presets", description="Versioned question presets.")
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="shipped presets with their versions")
-    sub.add_parser("show", help="print a preset's JSON").add_argument("name")
-    sub.add_parser("hash", help="print a preset file's content hash (for the registry)").add_argument("name")
-    sub.add_parser("register", help="ship a preset version: copy FILE into typed_decisions/presets/data and add its hash to the "
-                                    "registry (a development step)").add_argument("file", type=Path)
-    pa = sub.add_parser("answer", help="ask a preset's question about a state")
-    pa.add_argument("name")
-    pa.add_argument("state", nargs="?", default="-", help="the state text; '-' or nothing reads stdin")
-    pa.add_argument("--model", required=True, help="exported model directory, or a catalogue name")
-    pa.add_argument("--labels", choices=LABEL_MODES, default=None)
-    pa.add_argument("--calibration", type=Path, default=None, help="the Decider's own calibration file (it wins "
-                                                                   "over the preset's calibration)")
-    pa.add_argument("--no-preset-calibration", action="store_true", help="raw probabilities (params.calibration = none)")
-    pa.add_argument("--threshold", type=float, default=None)
-    pa.add_argument("--threads", type=int, default=None)
-    pa.add_argument("--zero-shot", action="store_true", help="the zero-shot readout even where the preset has a "
-                                                             "fitted head for this model (params.fitted = none)")
-    # `answer NAME --model M "state"`: argparse (3.11) gives the optional positional its default when
-    # options follow the name, so a state after the options comes back unparsed: take it here
-    args, rest = p.parse_known_args(argv)
-    if rest and args.command == "answer" and args.state == "-" and len(rest) == 1 and not rest[0].startswith("-"):
-        args.state, rest = rest[0], []
-    if rest:
-        p.error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.command == "list":
-        for n in list_presets():
-            pr = load_preset(n)
-            print(f"{pr.name:<24} v{pr.version}  {pr.question.type:<6}  {pr.description}")
-    elif args.command == "show":
-        print(load_preset(args.name).model_dump_json(indent=2, exclude_none=True))
-    elif args.command == "register":
-        data = json.loads(args.file.read_text(encoding="utf-8"))
-        digest = register_preset(data)
-        print(f"registered {data['name']} v{data['version']}: {digest} ({preset_file(data['name'])})")
-    elif args.command == "hash":
-        path = Path(args.name) if args.name.endswith(".json") else preset_file(args.name)
-        data = json.loads(path.read_text(encoding="utf-8"))
-        print(json.dumps({data["name"]: {str(data["version"]): content_hash(data)}}))
-    else:
-        from ..decider import Decider
-
-        state = sys.stdin.read() if args.state == "-" else args.state
-        decider = Decider.from_dir(args.model, threads=args.threads, calibration=args.calibration)
-        params = {k: v for k, v in (("label_mode", args.labels), ("threshold", args.threshold)) if v is not None}
-        if args.no_preset_calibration:
-            params["calibration"] = "none"
-        if args.zero_shot:
-            params["fitted"] = "none"
-        preset = load_preset(args.name) if args.name.endswith(".json") else args.name  # your own file, or a name
-        print(json.dumps(answer_preset(decider, preset, state, params), indent=2, ensure_ascii=False))
-    return 0

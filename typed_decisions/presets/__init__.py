@@ -13,6 +13,8 @@ tooling. One module per idea:
                   ``select_calibration``, ``select_head``)
     answer.py     asking (``prepare_preset`` → ``PresetCall.result``, ``answer_preset``) and the
                   acting policy (``decide_action``)
+    cli.py        ``typed-decisions presets list | show | hash | register | answer`` (imported
+                  only by the command, never here)
 
 The question itself is a ``spec.QuestionSpec`` (shared with the evaluation tooling, which fits
 presets' calibrations and heads: ``typed-decisions calibrate --to-preset``, ``typed-decisions fit``).
