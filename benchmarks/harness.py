@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -149,6 +149,44 @@ def common_args(p: argparse.ArgumentParser, *, threads: int | None = 2, out: boo
         p.add_argument("--out", type=Path, default=None,
                        help="result file (default benchmarks/results/<tool>/<model>-<cpuclass>-<date>.json)")
     return p
+
+
+def cycled(pool: list[str], n: int) -> list[str]:
+    """The first ``n`` items of ``pool`` repeated.
+
+    >>> cycled(["a", "b", "c"], 5)
+    ['a', 'b', 'c', 'a', 'b']
+    """
+    return (pool * (1 + n // len(pool)))[:n]
+
+
+class StatesStudy(NamedTuple):
+    """What ``states_study`` set up: the arguments, the loaded export, the states to ask about and
+    the load average before loading (``write_result``'s ``load_avg_start``)."""
+
+    args: argparse.Namespace
+    decider: Any  # typed_decisions.decider.Decider
+    states: list[str]
+    load_avg_start: tuple[float, ...]
+
+
+def states_study(doc: str, argv: list[str] | None, pool: list[str], questions: dict[str, Any]) -> StatesStudy:
+    """The start of a study that times one request shape about ``--states`` distinct states
+    (studies/levers_cost.py, studies/fewshot_cost.py): parse ``--model``, ``--states`` (default
+    8) and ``common_args`` (the description: ``doc``'s first paragraph), note the load average,
+    load the export with ``--threads``, and answer one untimed warm-up request with ``questions``
+    (the session's first run; the chat head cached). The states are ``pool`` cycled to
+    ``--states``."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--states", type=int, default=8)
+    args = common_args(p).parse_args(argv)
+    load_start = os.getloadavg()
+    from typed_decisions.decider import Decider  # here: the rest of the harness loads no model
+
+    d = Decider.load(args.model, threads=args.threads)
+    d.run({"model": d.name, "state": "warm up", "questions": questions})
+    return StatesStudy(args, d, cycled(pool, args.states), load_start)
 
 
 # --------------------------------------------------------------------------- timing

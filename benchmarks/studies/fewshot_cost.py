@@ -19,9 +19,7 @@ and warm. Accuracy is the sweep's job (benchmarks/sweep.py, settings auto-2shot/
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import time
 from typing import Any
@@ -70,14 +68,7 @@ def measure(d: Decider, k: int, states: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--states", type=int, default=8)
-    args = harness.common_args(ap).parse_args(argv)
-    load_start = os.getloadavg()
-    d = Decider.load(args.model, threads=args.threads)
-    states = (STATES * (1 + args.states // len(STATES)))[: args.states]
-    d.run({"model": d.name, "state": "warm up", "questions": QUESTIONS})
+    args, d, states, load_start = harness.states_study(__doc__, argv, STATES, QUESTIONS)
     rows = []
     for k in SHOTS:
         rows.append(measure(d, k, states))

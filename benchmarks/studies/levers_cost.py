@@ -13,16 +13,14 @@ Accuracy is not measured here: that is the sweep's job (benchmarks/sweep.py).
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import time
 
 import numpy as np
 
 from benchmarks import harness
-from typed_decisions.decider import Decider, parse_request
+from typed_decisions.decider import parse_request
 from typed_decisions.readout_plan import plan_readout
 
 STATES = ["I was charged twice for my subscription and want a refund.",
@@ -45,14 +43,7 @@ SETTINGS = [("names", "none", False), ("letters", "none", False), ("mixture", "n
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--states", type=int, default=8)
-    args = harness.common_args(ap).parse_args(argv)
-    load_start = os.getloadavg()
-    d = Decider.load(args.model, threads=args.threads)
-    states = (STATES * (1 + args.states // len(STATES)))[: args.states]
-    d.run({"model": d.name, "state": "warm up", "questions": QUESTIONS})
+    args, d, states, load_start = harness.states_study(__doc__, argv, STATES, QUESTIONS)
     rows = []
     for mode, debias, mass in SETTINGS:
         times, tokens, runs, contexts = [], [], [], []

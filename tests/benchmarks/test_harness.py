@@ -74,3 +74,22 @@ def test_time_v_reads_wall_time_and_peak_rss_and_stops_on_failure(tmp_path):
     assert "Maximum resident set size" in (tmp_path / "ok.log").read_text()
     with pytest.raises(SystemExit, match="failed, see"):
         time_v([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "bad.log")
+
+
+def test_states_study_parses_loads_warms_up_and_cycles_the_states(monkeypatch):
+    """The shared start of studies/levers_cost.py and fewshot_cost.py, on a fake export: the
+    arguments (with common_args' --threads default), one load with those threads, one warm-up
+    request with the study's questions, and the pool cycled to --states."""
+    from typed_decisions.decider import Decider
+
+    loads, runs = [], []
+    fake = type("D", (), {"name": "fake", "run": lambda self, req: runs.append(req)})()
+    monkeypatch.setattr(Decider, "load", staticmethod(lambda model, **kw: loads.append((model, kw)) or fake))
+    questions = {"q": {"type": "noul", "instructions": "Is it?"}}
+    study = harness.states_study("A study.\n\nMore.", ["--model", "m", "--states", "5"], ["a", "b", "c"], questions)
+    assert study.args.model == "m" and study.args.out is None and study.decider is fake
+    assert loads == [("m", {"threads": 2})]
+    assert runs == [{"model": "fake", "state": "warm up", "questions": questions}]
+    assert study.states == ["a", "b", "c", "a", "b"] and len(study.load_avg_start) == 3
+    with pytest.raises(SystemExit):  # --model is required
+        harness.states_study("A study.", [], ["a"], questions)
