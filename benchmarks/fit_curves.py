@@ -165,17 +165,17 @@ def ece_floor(probs: np.ndarray, draws: int = 200, seed: int = 1) -> float:
 
 
 def time_requests(decider: Decider, spec: Any, head: FittedHead, rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Seconds per request alone, zero-shot and fitted, interleaved (order swapped every row), no prefix cache."""
-    t_zero, t_fit = [], []
-    for n, r in enumerate(rows):
-        req = spec.row_request(decider.name, r, n)
-        runs = [("zero", None), ("fit", [{spec.name: head}])]
-        for name, heads in (runs if n % 2 == 0 else runs[::-1]):
-            t0 = time.perf_counter()
-            decider.run_many([req], use_cache=False, heads=heads)
-            (t_zero if name == "zero" else t_fit).append(time.perf_counter() - t0)
-    return {"zero_shot_s": float(np.median(t_zero)), "fitted_s": float(np.median(t_fit)),
-            "ratio_fitted_over_zero_shot": float(np.median(np.array(t_fit) / np.array(t_zero)))}
+    """Seconds per request alone, zero-shot and fitted, no prefix cache: ``harness.interleaved``
+    with one round per row (both readouts answer row n in round n, the order swapped every other
+    round, no warm-up), then the medians and the median of the rounds' fitted / zero-shot ratios."""
+    reqs = [spec.row_request(decider.name, r, n) for n, r in enumerate(rows)]
+    zero_rows, fit_rows = iter(reqs), iter(reqs)  # each readout's k-th call asks row k
+    times, _ = harness.interleaved({
+        "zero": lambda: decider.run_many([next(zero_rows)], use_cache=False, heads=None),
+        "fit": lambda: decider.run_many([next(fit_rows)], use_cache=False, heads=[{spec.name: head}]),
+    }, rounds=len(reqs), warmup=0)
+    return {"zero_shot_s": float(np.median(times["zero"])), "fitted_s": float(np.median(times["fit"])),
+            "ratio_fitted_over_zero_shot": float(np.median(harness.round_ratios(times["fit"], times["zero"])))}
 
 
 def main() -> int:

@@ -1,0 +1,46 @@
+"""benchmarks/fit_curves.py's serve-time cost (``time_requests``): zero-shot and fitted answer each
+row alone, interleaved by ``harness.interleaved`` (one round per row, the order swapped every other
+round), with the prefix cache off; on a fake Decider and a clock the test controls, so the medians
+and the ratio are known exactly (no timing is asserted)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks import fit_curves, harness
+
+HEAD = object()  # a fitted head: the fake only passes it on
+
+
+class SlowingDecider:
+    """Answering row n takes base * (1 + n/10) seconds of a fake clock: 1 zero-shot, 1.5 with a head."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.now, self.calls = 0.0, []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def run_many(self, requests, *, use_cache=True, heads=None):
+        (req,) = requests
+        self.calls.append((req["state"], "zero" if heads is None else "fit", use_cache))
+        assert heads in (None, [{"q": HEAD}])
+        self.now += (1.0 if heads is None else 1.5) * (1 + int(req["state"]) / 10)
+        return [None]
+
+
+def test_each_row_is_one_round_of_both_readouts_in_alternating_order(monkeypatch):
+    d = SlowingDecider()
+    monkeypatch.setattr(harness.time, "perf_counter", d.perf_counter)
+    spec = SimpleNamespace(name="q", row_request=lambda model, row, n: {"model": model, "state": str(n)})
+    got = fit_curves.time_requests(d, spec, HEAD, [{"text": "a"}, {"text": "b"}, {"text": "c"}, {"text": "d"}])
+    assert d.calls == [("0", "zero", False), ("0", "fit", False), ("1", "fit", False), ("1", "zero", False),
+                       ("2", "zero", False), ("2", "fit", False), ("3", "fit", False), ("3", "zero", False)]
+    # rows take 1.0, 1.1, 1.2, 1.3 times the base: medians 1.15 and 1.725; each round's ratio is 1.5
+    # exactly, which it is only if both readouts of a round answered the same row
+    assert got["zero_shot_s"] == pytest.approx(1.15) and got["fitted_s"] == pytest.approx(1.725)
+    assert got["ratio_fitted_over_zero_shot"] == pytest.approx(1.5, abs=1e-12)
