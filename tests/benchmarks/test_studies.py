@@ -1,15 +1,24 @@
-"""The kept studies that reach into engine internals still run (benchmarks/studies/): prefill_chunks'
-re-stacking baseline answers as the engine does (rows are independent: to 1e-5) on the tiny model."""
+"""The kept studies still run (benchmarks/studies/): prefill_chunks' re-stacking baseline answers as
+the engine does (rows are independent: to 1e-5) on the tiny model; w5_invariance and dataset_stats
+write their schema-1 result files, on a fake Decider and fake datasets (no model, no download)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from types import SimpleNamespace
+
 import pytest
+from tokenizers import Tokenizer
 
+from benchmarks import harness
 from benchmarks.harness import problems, read_results
+from typed_decisions.cpu import cpu_class
+from typed_decisions.evaluation import datasets as ds
+from typed_decisions.spec import OptionSpec, QuestionSpec
 
-pytestmark = pytest.mark.model
 
-
+@pytest.mark.model
 def test_prefill_chunks_restacking_answers_as_the_engine(tmp_path, tiny_model_dir):
     import json
 
@@ -22,3 +31,80 @@ def test_prefill_chunks_restacking_answers_as_the_engine(tmp_path, tiny_model_di
     assert problems(json.loads(out.read_text())) == []
     assert res["prompt_tokens"] > 3 * 256, res  # long enough to be chunked: the baseline really ran
     assert res["max_abs_dp"] <= 1e-5, res
+
+
+class W5Decider:
+    """``Decider.load``'s stand-in for w5_invariance: every question's answer is a noul of 0.5,
+    except that in a ``run_many`` batch ticket #3's answers move by 0.02."""
+
+    name, model_key = "fake", "fake:int8"
+    tokenizer = SimpleNamespace(encode_plain=str.split)  # one token per word (workloads.make_state)
+    loads: list[dict] = []
+
+    @classmethod
+    def load(cls, path, **kw):
+        cls.loads.append(kw)
+        return cls()
+
+    def run(self, request, shift=0.0):
+        return {q: {"noul": 0.5 + shift} for q in request["questions"]}
+
+    def run_many(self, requests):
+        return [self.run(r, 0.02 if r["state"].startswith("Ticket #3.") else 0.0) for r in requests]
+
+
+def test_w5_invariance_writes_each_tickets_difference(tmp_path, monkeypatch, capsys):
+    from benchmarks.studies import w5_invariance
+
+    monkeypatch.setattr(w5_invariance, "Decider", W5Decider)
+    W5Decider.loads.clear()
+    out = tmp_path / "w5.json"
+    assert w5_invariance.main(["--model", "exp", "--tickets", "1,3,5", "--threads", "3", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert problems(doc) == [] and doc["tool"] == "w5_invariance" and doc["model"] == "fake:int8"
+    res = read_results(out)
+    assert res["max_abs_dp_per_ticket"] == {"1": 0.0, "3": pytest.approx(0.02), "5": 0.0}
+    assert res["max_abs_dp"] == pytest.approx(0.02) and res["threads"] == 3 and res["labels"] == "names"
+    assert W5Decider.loads == [{"threads": 3, "label_mode": "names"}] * 2
+    printed = json.loads(capsys.readouterr().out)  # stdout: the object it printed before it wrote files
+    assert list(printed) == ["model", "cpu_class", "cpu", "labels", "max_abs_dp_per_ticket", "max_abs_dp"]
+    assert printed["max_abs_dp_per_ticket"] == res["max_abs_dp_per_ticket"]
+
+
+def test_dataset_stats_prints_the_table_and_writes_its_numbers(tmp_path, monkeypatch, capsys):
+    from td_tokenizer import tokenizer_file
+
+    from benchmarks.studies import dataset_stats
+
+    rows = {"a": [{"state": f"row {i} " + "word " * (i % 5), "gold": "pq"[i % 3 == 0]} for i in range(30)],
+            "b": [{"state": f"passage {i}", "question": "is it " + "so " * (i % 3), "gold": "yes"} for i in range(10)]}
+    specs = {"a": QuestionSpec(name="c", type="choice", instructions="Which?", options=[OptionSpec(name=n) for n in "pq"]),
+             "b": QuestionSpec(name="n", type="noul", instructions_field="question",
+                               options=[OptionSpec(name="yes"), OptionSpec(name="no")])}
+    monkeypatch.setattr(dataset_stats, "DATASETS", {n: SimpleNamespace(question=q) for n, q in specs.items()})
+    monkeypatch.setattr(dataset_stats, "load_dataset", lambda name, split, limit=None:
+                        SimpleNamespace(rows=ds.rows_for(name, rows[name], split, limit)))
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "tokenizer.json").write_text(tokenizer_file().read_text())
+    (export / "manifest.json").write_text(json.dumps({"name": "tok-model"}))
+    monkeypatch.setattr(harness, "RESULTS", tmp_path / "results")
+
+    assert dataset_stats.main(["--model", str(export), "--datasets", "a,b"]) == 0
+    table = capsys.readouterr().out.strip()
+    path = tmp_path / "results" / "dataset_stats" / f"tok-model-{cpu_class()}-{dt.date.today().isoformat()}.json"
+    assert problems(json.loads(path.read_text())) == []
+    res = read_results(path)
+    assert res["table_markdown"] == table and len(table.splitlines()) == 4
+    tok = Tokenizer.from_file(str(export / "tokenizer.json"))
+    for name, gold in (("a", {"p": 20, "q": 10}), ("b", {"yes": 10})):  # most common first
+        got = res["datasets"][name]
+        n = [len(tok.encode(r["state"], add_special_tokens=False).ids) for r in rows[name]]
+        assert got["rows"] == len(rows[name]) == got["calibration"] + got["test"]
+        assert list(got["gold"].items()) == list(gold.items())
+        assert got["state_tokens"]["mean"] == pytest.approx(sum(n) / len(n)) and got["state_tokens"]["max"] == max(n)
+        assert (got["question_tokens"] is None) == (name == "a")
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
+        assert row.startswith(f"| `{name}` | {specs[name].type}, 2 | {len(rows[name]):,} → ")
+        assert " | " + ", ".join(f"{k} {v}" for k, v in gold.items()) + " | " in row
+        assert row.endswith("| – |") == (name == "a") and f" / {max(n)} | " in row
