@@ -82,7 +82,8 @@ def export_model(
     if chosen is None:
         steps = _traced_steps(source, resolved, out_dir, opset=opset, log=log, progress=progress)
     else:
-        steps = _builder_steps(chosen, resolved, out_dir, opset=opset, log=log, progress=progress)
+        steps = _builder_steps(chosen, resolved, out_dir, opset=opset, log=log, progress=progress,
+                               int8=quantize == "int8")
     geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name = steps
     if chosen is None:
         check = run_self_check(out_dir, ONNX_FILE, arch, plan, refs, log=log)
@@ -154,13 +155,16 @@ def _traced_steps(source, resolved, out_dir: Path, *, opset: int, log, progress:
     return geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name
 
 
-def _builder_steps(chosen, resolved, out_dir: Path, *, opset: int, log, progress: bool) -> tuple:
+def _builder_steps(chosen, resolved, out_dir: Path, *, opset: int, log, progress: bool, int8: bool = False) -> tuple:
     """Graph builder: tokenizer files, lm_head.npy and the backbone from the source's tensors (safetensors
     or GGUF, one at a time, no torch model); the self-check's references come later, from a prefix
-    model (prefix_check.py), so no step holds the whole float model."""
+    model (prefix_check.py), so no step holds the whole float model. The disk is checked first."""
     from .builder import build_backbone, write_lm_head
+    from .builder.disk import check_disk
 
     spec, source = chosen
+    need = check_disk(out_dir, spec, int8=int8)
+    log(f"disk: the export writes about {need / 1e9:.2f} GB")
     kind, path, catalogue_name = resolved
     source_info, default_name = source_facts(kind, path, catalogue_name, log=log)
     tokenizer = load_tokenizer(kind, path, log=log)

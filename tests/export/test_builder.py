@@ -292,3 +292,30 @@ def test_rope_inverse_frequencies_match_transformers(params):
     else:
         ref, _ = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, "cpu")
     np.testing.assert_allclose(inv_freq(params, 128).inv_freq, ref.numpy(), rtol=2e-7, atol=0)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_disk_estimate_matches_what_a_builder_export_writes(pairs, spread_folders, arch):
+    """The disk check's estimate (builder/disk.py, from the spec alone) against the files the
+    builder wrote: model.onnx.data + lm_head.npy within 5 % of it (before its margin)."""
+    from typed_decisions_export.builder.disk import MARGIN, export_bytes
+
+    directory, _ = pairs[arch]["builder"]
+    written = (directory / "model.onnx.data").stat().st_size + (directory / "lm_head.npy").stat().st_size
+    spec = plan(spread_folders[arch])
+    estimate = export_bytes(spec) / MARGIN
+    assert abs(written - estimate) / written < 0.05, (arch, written, estimate)
+    assert export_bytes(spec, int8=True) > export_bytes(spec)
+
+
+def test_too_little_disk_is_refused_before_anything_is_written(spread_folders, tmp_path, monkeypatch):
+    from collections import namedtuple
+
+    from typed_decisions_export.builder import disk
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 4096, 4096))
+    out = tmp_path / "out"
+    with pytest.raises(ExportError, match=r"writes about .* GB .* 0\.00 GB free: free some space"):
+        export_model(spread_folders["llama"], out, builder="on", progress=False)
+    assert not (out / "model.onnx.data").exists() and not (out / "lm_head.npy").exists()

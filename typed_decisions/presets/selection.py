@@ -36,8 +36,9 @@ __all__ = ["DeciderSettings", "select_calibration", "select_head"]
 class DeciderSettings:
     """What a preset answer depends on beyond the model's name: the Decider's defaults (label mode,
     debias, wording, confidence formula), its own calibration file, and whether the export is
-    quantized (``key``: the name a preset's calibrations are keyed by). ``of(decider)`` reads them;
-    a bare model name gets the defaults and no file.
+    quantized (``key``: the name a preset's calibrations are keyed by). ``of(decider)`` reads them
+    (or takes the ``preset_settings`` of a stand-in such as Ray's ``RemoteDecider``, which holds no
+    Decider itself); a bare model name gets the defaults and no file.
 
     >>> DeciderSettings("qwen2.5-coder-1.5b", quantized="int8").key
     'qwen2.5-coder-1.5b:int8'
@@ -57,6 +58,9 @@ class DeciderSettings:
 
     @classmethod
     def of(cls, decider: Any) -> DeciderSettings:
+        own = getattr(decider, "preset_settings", None)  # a stand-in for a remote Decider carries its replicas'
+        if isinstance(own, cls):
+            return own
         quant = getattr(getattr(decider, "artifacts", None), "quantization", None)
         return cls(name=decider.name, label_mode=getattr(decider, "label_mode", "auto"),
                    debias=getattr(decider, "debias", "none"),

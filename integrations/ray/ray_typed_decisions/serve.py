@@ -39,7 +39,7 @@ import dataclasses
 import math
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -54,7 +54,8 @@ from ray.serve.handle import DeploymentHandle
 
 from typed_decisions.compiler import LabelMode
 from typed_decisions.engine import EngineStats
-from typed_decisions.errors import InvalidRequestError
+from typed_decisions.fitted import FittedHead
+from typed_decisions.presets import DeciderSettings
 from typed_decisions.schema import DecisionRequest, DecisionResponse, json_sha256
 from typed_decisions.server import Job, ServerSettings, answer_each, create_app
 
@@ -63,6 +64,7 @@ CONSISTENT_HASH_ROUTER = "ray.serve.experimental.consistent_hash_router.Consiste
 # are sent again, to the replica that owns the key now; this many times, then the error stands.
 REPLICA_RETRIES = 2
 Batching = Literal["micro", "serve"]
+Heads = Mapping[str, FittedHead] | None  # one request's fitted heads by question name (a fitted preset's)
 
 
 def routing_key(request: DecisionRequest) -> str:
@@ -121,9 +123,14 @@ class DeciderReplica:
         return Reply(results, self.replica, dataclasses.replace(self.decider.engine.stats),
                      self.batches, self.batched)
 
-    def _run_many(self, requests: list[DecisionRequest], label_mode: LabelMode | None) -> list[Any]:
-        """``Decider.run_many`` on this thread, counted (one call, ``len(requests)`` requests)."""
-        kwargs = {} if label_mode is None else {"label_mode": label_mode}
+    def _run_many(self, requests: list[DecisionRequest], label_mode: LabelMode | None,
+                  heads: Sequence[Heads] | None = None) -> list[Any]:
+        """``Decider.run_many`` on this thread, counted (one call, ``len(requests)`` requests);
+        ``heads``: per request, a fitted preset's heads (checked by the Decider: a head fitted for
+        another export or prompt is refused with a 422 at ``heads.<question>``)."""
+        kwargs: dict[str, Any] = {} if label_mode is None else {"label_mode": label_mode}
+        if heads is not None and any(heads):
+            kwargs["heads"] = list(heads)
         out = self.decider.run_many(requests, **kwargs)
         with self._count:
             self.batches += 1
@@ -131,32 +138,37 @@ class DeciderReplica:
         return out
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.decider.name, "root": str(self.decider.artifacts.root)}
+        """What the ingress needs to know of the replicas' Decider: its name, export, and the
+        settings a preset answer depends on (label mode, debias, wording, calibration, quantization)."""
+        return {"name": self.decider.name, "root": str(self.decider.artifacts.root),
+                "settings": DeciderSettings.of(self.decider)}
 
-    async def run_many(self, requests: list[DecisionRequest], label_mode: LabelMode | None) -> Reply:
-        return self._reply(await asyncio.to_thread(self._run_many, requests, label_mode))
+    async def run_many(self, requests: list[DecisionRequest], label_mode: LabelMode | None,
+                       heads: Sequence[Heads] | None = None) -> Reply:
+        return self._reply(await asyncio.to_thread(self._run_many, requests, label_mode, heads))
 
-    def _answer_batch(self, requests: list[DecisionRequest],
-                      label_modes: list[LabelMode | None]) -> list[Any]:
+    def _answer_batch(self, requests: list[DecisionRequest], label_modes: list[LabelMode | None],
+                      heads: list[Heads]) -> list[Any]:
         """One ``run_many`` per label mode present (one in all, usually); a request that fails
         fails alone (``answer_each``): its slot holds its exception, its batch-mates their answers."""
         out: list[Any] = [None] * len(requests)
         for mode in dict.fromkeys(label_modes):
             idx = [i for i, m in enumerate(label_modes) if m == mode]
-            results = answer_each(lambda rs, mode=mode: self._run_many(rs, mode), [requests[i] for i in idx])
+            results = answer_each(lambda ix, mode=mode: self._run_many([requests[i] for i in ix], mode,
+                                                                        [heads[i] for i in ix]), idx)
             for i, result in zip(idx, results):
                 out[i] = result
         return out
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)  # set from the settings in __init__
-    async def decide_batch(self, requests: list[DecisionRequest],
-                           label_modes: list[LabelMode | None]) -> list[Reply]:
-        results = await asyncio.to_thread(self._answer_batch, requests, label_modes)
+    async def decide_batch(self, requests: list[DecisionRequest], label_modes: list[LabelMode | None],
+                           heads: list[Heads]) -> list[Reply]:
+        results = await asyncio.to_thread(self._answer_batch, requests, label_modes, heads)
         return [self._reply([r]) for r in results]
 
-    async def decide(self, request: DecisionRequest, label_mode: LabelMode | None) -> Reply:
+    async def decide(self, request: DecisionRequest, label_mode: LabelMode | None, heads: Heads = None) -> Reply:
         """One request, answered in a ``@serve.batch`` batch with the others waiting here."""
-        return await self.decide_batch(request, label_mode)
+        return await self.decide_batch(request, label_mode, heads)
 
     async def explain(self, request: DecisionRequest, label_mode: LabelMode | None) -> Reply:
         kwargs = {} if label_mode is None else {"label_mode": label_mode}
@@ -164,15 +176,6 @@ class DeciderReplica:
 
 
 # --------------------------------------------------------------------------- the ingress side
-
-
-def _refuse_heads(heads: Any) -> None:
-    """A fitted preset's heads are not sent to the replicas yet: refuse (422 at params.fitted)
-    rather than answer zero-shot under the head's name."""
-    if heads is not None and any(heads if isinstance(heads, (list, tuple)) else [heads]):
-        raise InvalidRequestError("fitted heads are not served through Ray Serve yet: send params.fitted = 'none' "
-                                  "for the zero-shot readout, or serve the fitted preset with typed-decisions "
-                                  "serve (without --ray)", ("params", "fitted"))
 
 
 def _unwrap(error: RayTaskError) -> BaseException:
@@ -253,6 +256,9 @@ class RemoteDecider:
     def __init__(self, handle: DeploymentHandle, info: dict[str, Any], *, affinity: bool):
         self.handle = handle
         self.name: str = info["name"]
+        # what a preset answer depends on is the replicas' Decider's, not this stand-in's
+        # (``DeciderSettings.of`` reads it): their label mode, calibration file, quantization
+        self.preset_settings: DeciderSettings = info["settings"]
         self.affinity = affinity
         self.engine = _ClusterEngine()
 
@@ -275,16 +281,19 @@ class RemoteDecider:
         return reply.results
 
     def run_many(self, requests: Sequence[DecisionRequest], *, label_mode: LabelMode | None = None,
-                 heads: Sequence[Any] | None = None) -> list[DecisionResponse]:
-        _refuse_heads(heads)
+                 heads: Sequence[Heads] | None = None) -> list[DecisionResponse]:
+        """``Decider.run_many`` on the replicas: the batch split by state, each group (with its
+        requests' fitted heads, if any) sent to its state's replica; answers in request order."""
+        per_request = list(heads) if heads is not None else [None] * len(requests)
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
             groups.setdefault(routing_key(r), []).append(i)
-        calls = {key: self._call("run_many", key, [requests[i] for i in idx], label_mode)
-                 for key, idx in groups.items()}
+        args = {key: ([requests[i] for i in idx], label_mode, [per_request[i] for i in idx])
+                for key, idx in groups.items()}
+        calls = {key: self._call("run_many", key, *args[key]) for key in groups}
         out: list[Any] = [None] * len(requests)
         for key, idx in groups.items():
-            results = self._result(calls[key], "run_many", key, [requests[i] for i in idx], label_mode)
+            results = self._result(calls[key], "run_many", key, *args[key])
             for i, response in zip(idx, results):
                 out[i] = response
         return out
@@ -297,12 +306,12 @@ class RemoteDecider:
     async def submit(self, job: Job) -> Any:
         """``batching="serve"``: one job straight to its replica's ``decide`` (``@serve.batch``
         batches there), awaited on the event loop; the server's ``Unbatched`` calls this."""
-        _refuse_heads(job.heads)
         key = routing_key(job.request)
-        method = "explain" if job.explain else "decide"
+        method, args = (("explain", (job.request, job.label_mode)) if job.explain
+                        else ("decide", (job.request, job.label_mode, job.heads)))
         for attempt in range(REPLICA_RETRIES + 1):
             try:
-                reply: Reply = await self._call(method, key, job.request, job.label_mode)
+                reply: Reply = await self._call(method, key, *args)
                 break
             except RayTaskError as e:
                 raise _unwrap(e) from None

@@ -64,29 +64,3 @@ def test_threads_follow_the_cpus_reserved() -> None:
 def test_build_app_refuses_bad_options_before_any_cluster() -> None:
     with pytest.raises(ValidationError, match="num_replicas or autoscaling_config"):
         build_app("/m", num_replicas=2, autoscaling_config={"min_replicas": 1, "max_replicas": 2})
-
-
-def test_a_fitted_head_is_refused_not_answered_zero_shot() -> None:
-    """The replicas do not receive a preset's fitted heads yet: both batching paths refuse a job
-    that carries them (422 at params.fitted) instead of answering zero-shot under the head's name."""
-    import asyncio
-
-    from ray_typed_decisions import RemoteDecider
-
-    from typed_decisions.errors import InvalidRequestError
-    from typed_decisions.server import Job
-
-    class NoHandle:
-        def options(self, **kw):
-            raise AssertionError("nothing may be sent to a replica")
-
-        def __getattr__(self, name):
-            raise AssertionError("nothing may be sent to a replica")
-
-    remote = RemoteDecider(NoHandle(), {"name": "m"}, affinity=True)
-    request = DecisionRequest.model_validate({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "Q?"}}})
-    with pytest.raises(InvalidRequestError) as e:
-        asyncio.run(remote.submit(Job(request, heads={"q": object()})))
-    assert e.value.errors[0][0] == ("params", "fitted")
-    with pytest.raises(InvalidRequestError, match="params.fitted = 'none'"):
-        remote.run_many([request], heads=[{"q": object()}])

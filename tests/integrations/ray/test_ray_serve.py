@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import statistics
 import threading
 import time
@@ -49,13 +50,14 @@ class Apps:
     def __init__(self, model_dir: Any, url: str):
         self.model_dir, self.url, self.current = model_dir, url, None
 
-    def ensure(self, **options: Any) -> str:
-        if options != self.current:
+    def ensure(self, presets: tuple[str, ...] = (), **options: Any) -> str:
+        """``presets``: preset files the ingress serves (``settings.presets``)."""
+        if {**options, "presets": presets} != self.current:
             with contextlib.suppress(Exception):
                 serve.delete(APP)
-            serve.run(build_app(self.model_dir, settings={"api_keys": {KEY: "tests"}}, **options),
-                      name=APP, route_prefix="/")
-            self.current = options
+            settings = {"api_keys": {KEY: "tests"}, "presets": list(presets)}
+            serve.run(build_app(self.model_dir, settings=settings, **options), name=APP, route_prefix="/")
+            self.current = {**options, "presets": presets}
         return self.url
 
 
@@ -301,3 +303,70 @@ def test_both_batching_paths_batch_and_equal_decider_run(apps, tiny_decider, bat
             assert _probabilities(got)[name] == pytest.approx(probs, abs=1e-5), (batching, name)
     assert requests1 - requests0 == len(bodies)
     assert calls1 - calls0 < len(bodies), f"{batching}: no batch of more than one request formed"
+
+
+# --------------------------------------------------------------------------- fitted presets
+
+TEAM = {"name": "team", "version": 1, "question": {
+    "name": "team", "type": "choice", "instructions": "Which team should handle this ticket?",
+    "options": [{"name": "billing", "description": "payments, refunds"}, {"name": "tech", "description": "bugs, crashes"}]}}
+ROWS = [{"state": t, "answer": "billing"} for t in ("I was charged twice", "refund my last payment",
+                                                   "my invoice is wrong", "my card was declined")] + \
+       [{"state": t, "answer": "tech"} for t in ("the app crashes on start", "login page is broken",
+                                                "error 500 when saving", "sync stopped working")]
+
+
+@pytest.fixture(scope="module")
+def fitted_preset(tiny_decider, tmp_path_factory) -> tuple[Any, Any]:
+    """A preset file with a head fitted on the tiny model, and a second one whose only head is
+    for another model (a preset measured with a head this deployment does not have)."""
+    pytest.importorskip("sklearn", reason="the [fit] extra: pip install 'typed-decisions-runtime[fit]'")
+    from typed_decisions.presets import load_preset, with_head
+
+    question = {"type": "choice", "instructions": TEAM["question"]["instructions"],
+                "criteria": {o["name"]: o["description"] for o in TEAM["question"]["options"]}}
+    head = tiny_decider.fit(question, ROWS, components=4)
+    folder = tmp_path_factory.mktemp("presets")
+    path, other = folder / "team.json", folder / "other.json"
+    path.write_text(json.dumps(with_head(TEAM, head)))
+    other.write_text(json.dumps(TEAM | {"name": "other", "fitted": {
+        "another-model": head.model_copy(update={"model": "another-model"}).model_dump(mode="json")}}))
+    return load_preset(path), (str(path), str(other))
+
+
+@pytest.mark.parametrize("batching", ["serve", "micro"])
+def test_a_fitted_preset_answers_through_serve_as_in_python(apps, tiny_decider, fitted_preset, batching):
+    """The replicas receive a preset's fitted head on both batching paths: the answer equals
+    ``answer_preset`` in this process (the head's probabilities, its calibration note), concurrent
+    fitted and zero-shot requests in one batch keep their own readouts, and a preset fitted for
+    another model only is refused with 422 at params.fitted (zero-shot on request)."""
+    from typed_decisions.presets import answer_preset
+
+    preset, files = fitted_preset
+    url = apps.ensure(files, num_replicas=2, affinity=True, batching=batching)
+    state = "my card got charged two times for one order"
+    want = answer_preset(tiny_decider, preset, state)
+    zero = answer_preset(tiny_decider, preset, state, {"fitted": "none"})
+    assert "fitted head" in want["calibration"]
+    assert want["answers"]["team"]["probabilities"] != pytest.approx(zero["answers"]["team"]["probabilities"], abs=1e-4)
+    bodies = [({"state": state} if i % 2 == 0 else {"state": state, "params": {"fitted": "none"}}) for i in range(8)]
+    with httpx.Client(headers={"authorization": f"Bearer {KEY}"}, timeout=60) as client:
+        barrier = threading.Barrier(len(bodies))
+
+        def post(body: dict[str, Any]) -> httpx.Response:
+            barrier.wait()
+            return client.post(url + "/v1/presets/team", json=body)
+
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            replies = list(pool.map(post, bodies))
+        for i, r in enumerate(replies):
+            assert r.status_code == 200, r.text
+            expected = want if i % 2 == 0 else zero
+            got = r.json()
+            assert got["calibration"] == expected["calibration"]
+            assert got["answers"]["team"]["probabilities"] == pytest.approx(
+                expected["answers"]["team"]["probabilities"], abs=1e-5), (batching, i)
+        r = client.post(url + "/v1/presets/other", json={"state": state})
+        assert r.status_code == 422 and "params.fitted" in r.text, r.text
+        r = client.post(url + "/v1/presets/other", json={"state": state, "params": {"fitted": "none"}})
+        assert r.status_code == 200, r.text
