@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
+
 import pytest
 
 from benchmarks import fit_curves, harness
@@ -44,3 +46,21 @@ def test_each_row_is_one_round_of_both_readouts_in_alternating_order(monkeypatch
     # exactly, which it is only if both readouts of a round answered the same row
     assert got["zero_shot_s"] == pytest.approx(1.15) and got["fitted_s"] == pytest.approx(1.725)
     assert got["ratio_fitted_over_zero_shot"] == pytest.approx(1.5, abs=1e-12)
+
+
+def test_binned_ece_is_the_metrics_ece_and_the_floor_shrinks_with_rows():
+    """binned_ece on (top-1 confidence, hit) equals metrics.ece on the probabilities (its oracle);
+    the floor is 0 for certain answers and falls like 1/sqrt(n) for uncertain ones."""
+    from benchmarks.fit_curves import binned_ece, ece_floor, top1
+
+    from typed_decisions.evaluation.metrics import ece
+
+    rng = np.random.default_rng(3)
+    probs = rng.dirichlet(np.ones(4), size=300)
+    probs[:5] = [1.0, 0.0, 0.0, 0.0]  # c = 1 exactly, the top bin's edge
+    gold = rng.integers(0, 4, size=300)
+    conf, hit = top1(probs, gold)
+    assert abs(binned_ece(conf, hit) - ece(list(probs), list(gold))) < 1e-12
+    assert ece_floor(np.ones(50)) == 0.0
+    small, large = ece_floor(np.full(60, 0.7)), ece_floor(np.full(6000, 0.7))
+    assert 0.03 < small < 0.12 and large < small / 5
