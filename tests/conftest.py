@@ -96,19 +96,18 @@ def tiny_gguf():
 # --- exported models shared by the runtime, server and integration tests -------------------------
 @pytest.fixture(scope="session")
 def tiny_model_dir(tiny_gguf):
-    """The tiny real model (SmolLM2-135M-Instruct) exported to ONNX, fp32, by the traced path (the
-    graph the runtime's transformers-oracle suites hold to 1e-5; the builder's export of the same
-    GGUF is compared with this one in tests/export/test_builder_gguf.py; on the one-child label mass
-    the builder's differs from transformers by 1.04e-5 relative, under investigation); cached across
-    runs (tests/export_cache.py: rebuilt when the exporter's sources change)."""
+    """The tiny real model (SmolLM2-135M-Instruct) exported to ONNX, fp32, from its GGUF file by the
+    graph builder (the default, `builder="auto"`; the traced export of the same file is compared with
+    it in tests/export/test_builder_gguf.py); cached across runs (tests/export_cache.py: rebuilt when
+    the exporter's sources change)."""
     from export_cache import cached_export
 
     def build(work):
         from typed_decisions_export import export_model
 
-        export_model(tiny_gguf, work, name="smollm2-135m", progress=False, builder="off")
+        export_model(tiny_gguf, work, name="smollm2-135m", progress=False)
 
-    return cached_export("smollm2-135m-traced", build)
+    return cached_export("smollm2-135m", build)
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,15 @@
-"""RoPE inverse frequencies from a config's rope parameters, in numpy float32 as transformers does.
+"""RoPE inverse frequencies from a config's rope parameters, bit for bit as transformers computes them.
 
-transformers computes `inv_freq = 1 / base ** (arange(0, dim, 2) / dim)` in float32 (default), divides
-it by `factor` (linear), or rescales its low frequencies (llama3); the angles are then
-`position * inv_freq`, a float32 product, done in the graph. `attention_factor` multiplies cos and
+transformers computes `inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2) / dim))` in torch float32
+(default), divides it by `factor` (linear), or rescales its low frequencies (llama3); the angles are
+then `position * inv_freq`, a float32 product, done in the graph. `attention_factor` multiplies cos and
 sin (1 for the kinds here). Any other rope_type is refused with its name.
+
+The same expressions run here in torch (lazily imported; the exporter depends on it), not numpy:
+numpy's float32 power differs from torch's by an ulp or two in about one value in six (SmolLM2's
+base 100000, head_dim 64: 5 of 32 values, one by 2 ulp), and an ulp of inv_freq becomes an ulp of the
+angle at every position, ~3e-6 of cos and sin at position 107 for SmolLM2, where the traced graph
+(whose inv_freq is transformers' buffer) and transformers agree bit for bit.
 """
 
 from __future__ import annotations
@@ -44,30 +50,34 @@ def rope_parameters(config: dict[str, Any], layer_type: str | None = None) -> di
 
 
 def inv_freq(params: dict[str, Any], head_dim: int, partial_rotary_factor: float = 1.0) -> Rope:
-    """The float32 inverse frequencies for one set of rope parameters."""
+    """The float32 inverse frequencies for one set of rope parameters (transformers'
+    `_compute_default_rope_parameters`, `_compute_linear_scaling_rope_parameters`)."""
     kind = params.get("rope_type", "default")
     if kind not in KINDS:
         raise BuilderError(f"rope_type {kind!r} is not written by the graph builder yet (it knows {', '.join(KINDS)})")
+    import torch
+
     dim = int(head_dim * float(params.get("partial_rotary_factor", partial_rotary_factor)))
-    base = np.float32(params["rope_theta"])
-    exponents = (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)).astype(np.float32)
-    freq = (np.float32(1.0) / np.power(base, exponents, dtype=np.float32)).astype(np.float32)
+    base = params["rope_theta"]
+    freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
     if kind == "linear":
-        freq = (freq / np.float32(params["factor"])).astype(np.float32)
+        freq /= params["factor"]
     elif kind == "llama3":
         freq = _llama3(freq, params)
-    return Rope(inv_freq=freq, attention_factor=1.0)
+    return Rope(inv_freq=freq.numpy().astype(np.float32), attention_factor=1.0)
 
 
-def _llama3(freq: np.ndarray, params: dict[str, Any]) -> np.ndarray:
-    """Llama 3.1's scaling (transformers `_compute_llama3_parameters`)."""
-    factor = float(params["factor"])
-    low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
-    old_len = float(params["original_max_position_embeddings"])
+def _llama3(freq: Any, params: dict[str, Any]) -> Any:
+    """Llama 3.1's scaling (transformers `_compute_llama3_parameters`), on the torch float32 tensor."""
+    import torch
+
+    factor = params["factor"]
+    low, high = params["low_freq_factor"], params["high_freq_factor"]
+    old_len = params["original_max_position_embeddings"]
     low_wavelen, high_wavelen = old_len / low, old_len / high
     wavelen = 2 * math.pi / freq
-    scaled = np.where(wavelen > low_wavelen, freq / factor, freq)
+    scaled = torch.where(wavelen > low_wavelen, freq / factor, freq)
     smooth = (old_len / wavelen - low) / (high - low)
     smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
-    return np.where(medium, smoothed, scaled).astype(np.float32)
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
