@@ -227,16 +227,17 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def last_step(log: Path) -> str:
-    """The export's latest progress line (`[typed-decisions-export  12.3s] wrote ...`), its message."""
+def last_step(log: Path) -> str | None:
+    """The message of the export's latest progress line (`[typed-decisions-export  12.3s] wrote ...`)
+    in the log's last 8 kB; None when that tail holds none (a progress bar's updates only)."""
     try:
         with open(log, "rb") as f:
             f.seek(max(0, f.seek(0, 2) - 8192))
             tail = f.read().decode(errors="replace")
     except OSError:
-        return "start"
+        return None
     steps = re.findall(r"\[typed-decisions-export +[\d.]+s\] ([^\r\n\[]*)", tail)
-    return steps[-1].strip()[:100] if steps else "start"
+    return steps[-1].strip()[:100] if steps else None
 
 
 class Watcher:
@@ -251,6 +252,7 @@ class Watcher:
         self.folder, self.data, self.min_free, self.log = folder, out / "model.onnx.data", min_free, log
         self.log_file = log_file
         self.rss_by_step: dict[str, int] = {}
+        self.step = "start (imports)"
         v, h, n = config["vocab_size"], config["hidden_size"], config["num_hidden_layers"]
         per_layer = _values(layer_tensors(config, 0))
         # shard -> data-file bytes once the layer after its last is written (padding only adds bytes)
@@ -265,8 +267,8 @@ class Watcher:
     def __call__(self, proc: Any) -> None:
         self.loads.append(os.getloadavg()[0])
         if proc is not None and self.log_file is not None:
-            step, rss = last_step(self.log_file), tree_rss(proc.pid)
-            self.rss_by_step[step] = max(self.rss_by_step.get(step, 0), rss)
+            self.step, rss = last_step(self.log_file) or self.step, tree_rss(proc.pid)
+            self.rss_by_step[self.step] = max(self.rss_by_step.get(self.step, 0), rss)
         free = shutil.disk_usage(self.folder).free
         self.min_free_seen = min(self.min_free_seen, free)
         if free < self.min_free and self.stopped is None:
@@ -286,7 +288,9 @@ class Watcher:
         loads = self.loads or [os.getloadavg()[0]]
         return {"load_avg_1min_during": {"min": min(loads), "mean": round(float(np.mean(loads)), 2),
                                          "max": max(loads), "samples": len(loads)},
-                "sampled_rss_bytes_by_step": self.rss_by_step, "min_free_disk_bytes": self.min_free_seen, "shards_deleted_during_export": self.deleted,
+                "sampled_rss_bytes_by_step": self.rss_by_step,
+                "sampled_peak_step": max(self.rss_by_step, key=self.rss_by_step.get, default=None),
+                "min_free_disk_bytes": self.min_free_seen, "shards_deleted_during_export": self.deleted,
                 "stopped": self.stopped}
 
 
@@ -328,6 +332,15 @@ def disk_need(config: dict[str, Any], shards: list[int], free_shards: bool) -> d
     return {"export": export, "scratch": scratch, "source": during, "total": export + max(during, after)}
 
 
+def mem_available() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (what the rest of the machine leaves), None elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=None, help="decoder layers (default 28, Qwen2.5-7B's)")
@@ -344,8 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-free-gb", type=float, default=12.0, help="stop when the disk's free space falls below")
     p.add_argument("--keep", action="store_true", help="keep WORK (the source folder and the export)")
     p.add_argument("--out", type=Path, default=None, help="result file (default: benchmarks/results/builder_7b/…)")
+    p.add_argument("--note", default=None, help="the result file's note (what else ran on the machine)")
     args = p.parse_args(argv)
-    load_start = os.getloadavg()
+    load_start, memory_start = os.getloadavg(), mem_available()
     config = qwen2_config(args.layers, **args.shape)
     n = config["num_hidden_layers"]
     model = "qwen2.5-7b-shape-random" + ("" if n == QWEN25_7B["num_hidden_layers"] else f"-{n}l") \
@@ -388,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         results = {
             "export_command": " ".join(["/usr/bin/time -v python -m typed_decisions_export.cli", str(folder),
                                         "--out", str(out), "--builder on"]),
-            "shape": {k: config[k] for k in QWEN25_7B}, "source": source,
+            "shape": {k: config[k] for k in QWEN25_7B}, "mem_available_bytes_at_start": memory_start, "source": source,
             "export": {"returncode": run["returncode"], "wall_seconds": run["seconds"],
                        "user_seconds": run["user_seconds"], "system_seconds": run["system_seconds"],
                        "cpu_percent": run["cpu_percent"], "peak_rss_bytes": run["peak_rss_bytes"],
@@ -400,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                        and run["peak_rss_bytes"] <= RSS_TARGET},
         }
         path = harness.write_result("builder_7b", model, results, command=harness.command("benchmarks.builder_7b", argv),
-                                    out=args.out, load_avg_start=load_start)
+                                    out=args.out, load_avg_start=load_start, **({"note": args.note} if args.note else {}))
         print(json.dumps({k: v for k, v in results.items() if k != "source"}, indent=1))
         print(f"wrote {path}")
     finally:

@@ -154,6 +154,7 @@ def test_the_benchmark_exports_a_narrow_model_with_passed_shards_freed(tmp_path,
     assert res["self_check"]["passed"], res["self_check"]
     assert res["self_check"]["prefix"]["layers"] == b.FIRST_LAYERS  # what the first shard holds
     assert res["export"]["peak_rss_bytes"] > 0 and res["export"]["user_seconds"] > 0
+    assert res["export"]["sampled_peak_step"] in res["export"]["sampled_rss_bytes_by_step"]
     manifest = json.loads((work / "export" / "manifest.json").read_text())
     assert manifest["export"]["graph"] == "builder"
     assert res["export"]["bytes_written"] == sum(p.stat().st_size for p in (work / "export").rglob("*") if p.is_file())
@@ -167,3 +168,14 @@ def test_the_benchmark_exports_a_narrow_model_with_passed_shards_freed(tmp_path,
     b.main(["--layers", "2", "--shape", json.dumps(NARROW), "--min-free-gb", "0", "--work", str(work),
             "--tokenizer-export", str(tokenizer_export), "--out", str(tmp_path / "again.json")])
     assert not work.exists()  # deleted without --keep
+
+
+def test_last_step_reads_the_latest_progress_line_and_not_a_progress_bar(tmp_path):
+    log = tmp_path / "x.log"
+    assert b.last_step(log) is None
+    log.write_text("[typed-decisions-export    0.1s] disk: the export writes about 32 GB\n"
+                   "[typed-decisions-export   41.1s] builder: writing a qwen2 backbone\n")
+    assert b.last_step(log) == "builder: writing a qwen2 backbone"
+    with open(log, "a") as f:
+        f.write("\rbuilder: tensors: 7 tensors [00:13, model.layers.0.mlp.gate_proj.weight]" * 200)
+    assert b.last_step(log) is None  # the watcher keeps its previous step
