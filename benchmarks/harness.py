@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -192,17 +193,73 @@ def states_study(doc: str, argv: list[str] | None, pool: list[str], questions: d
 # --------------------------------------------------------------------------- timing
 
 
-def time_v(cmd: list[str], log: Path) -> dict[str, float]:
+def time_v(cmd: list[str], log: Path, *, watch: Callable[[subprocess.Popen], None] | None = None,
+           interval: float = 2.0, check: bool = True) -> dict[str, Any]:
     """Run ``cmd`` under ``/usr/bin/time -v`` (its output and the report saved to ``log``): wall
-    seconds and peak RSS bytes. A failing command stops the benchmark with its log's tail."""
-    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, check=False)
-    log.write_text(done.stdout + done.stderr)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(cmd[:3])} failed, see {log}:\n{done.stderr[-2000:]}")
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", done.stderr).group(1)
+    seconds, peak RSS bytes, user and system CPU seconds, the CPU percent time -v reports and the
+    exit status. A failing command stops the benchmark with its log's tail, unless ``check=False``.
+
+    ``watch(proc)`` runs every ``interval`` seconds while the command runs (``stop(proc)`` ends the
+    command and leaves time -v its report); the output then streams into ``log`` as it comes, so the
+    log can be followed."""
+    full = ["/usr/bin/time", "-v", *cmd]
+    if watch is None:
+        done = subprocess.run(full, capture_output=True, text=True, check=False)
+        log.write_text(done.stdout + done.stderr)
+        returncode = done.returncode
+    else:
+        with open(log, "w") as f:
+            proc = subprocess.Popen(full, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+            while proc.poll() is None:
+                watch(proc)
+                try:
+                    proc.wait(timeout=interval)
+                except subprocess.TimeoutExpired:
+                    pass
+        returncode = proc.returncode
+    text = log.read_text(errors="replace")
+    if returncode and check:
+        raise SystemExit(f"{' '.join(cmd[:3])} failed, see {log}:\n{text[-2000:]}")
+    return {**time_report(text), "returncode": returncode}
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill everything below ``/usr/bin/time`` (``proc``, under ``time_v``'s ``watch``), not time
+    itself, so that it still writes its report (``Command terminated by signal 9``)."""
+    below, stack = [], [proc.pid]
+    while stack:
+        pid = stack.pop()
+        try:
+            children = [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+        except OSError:
+            continue
+        below += children
+        stack += children
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def time_report(text: str) -> dict[str, Any]:
+    r"""The figures of a ``/usr/bin/time -v`` report (the last one in ``text``).
+
+    >>> time_report("\tUser time (seconds): 56.19\n\tSystem time (seconds): 24.31\n\tPercent of CPU this job "
+    ...             "got: 46%\n\tElapsed (wall clock) time (h:mm:ss or m:ss): 2:52.63\n\tMaximum resident set "
+    ...             "size (kbytes): 1820860\n")
+    {'seconds': 172.6, 'user_seconds': 56.19, 'system_seconds': 24.31, 'cpu_percent': 46, 'peak_rss_bytes': 1864560640}
+    """
+    def last(pattern: str) -> str:
+        return re.findall(pattern, text)[-1]
+
+    wall = last(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)")
     seconds = sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall.split(":"))))
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1)) * 1024
-    return {"seconds": round(seconds, 1), "peak_rss_bytes": rss}
+    cpu = re.findall(r"Percent of CPU this job got: (\d+)%", text)
+    return {"seconds": round(seconds, 1), "user_seconds": float(last(r"User time \(seconds\): ([\d.]+)")),
+            "system_seconds": float(last(r"System time \(seconds\): ([\d.]+)")),
+            "cpu_percent": int(cpu[-1]) if cpu else None,
+            "peak_rss_bytes": int(last(r"Maximum resident set size \(kbytes\): (\d+)")) * 1024}
 
 
 def summarize(times: list[float]) -> dict[str, float]:

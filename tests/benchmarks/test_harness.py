@@ -93,3 +93,26 @@ def test_states_study_parses_loads_warms_up_and_cycles_the_states(monkeypatch):
     assert study.states == ["a", "b", "c", "a", "b"] and len(study.load_avg_start) == 3
     with pytest.raises(SystemExit):  # --model is required
         harness.states_study("A study.", [], ["a"], questions)
+
+
+def test_time_v_watches_streams_the_log_and_reports_a_failure_when_asked(tmp_path):
+    """``watch`` runs while the command does (here it stops the command once the log shows its first
+    line; time -v still reports); ``check=False`` returns the exit status with the figures instead of
+    stopping."""
+    import sys
+
+    from benchmarks.harness import stop, time_v
+
+    calls = []
+
+    def watch(proc):
+        calls.append((tmp_path / "w.log").read_text())
+        if "ready" in calls[-1]:
+            stop(proc)
+
+    got = time_v([sys.executable, "-u", "-c", "import time; print('ready'); time.sleep(60)"], tmp_path / "w.log",
+                 watch=watch, interval=0.2, check=False)
+    assert got["returncode"] != 0 and got["seconds"] < 30 and "ready" in calls[-1]
+    ok = time_v([sys.executable, "-c", "print('hi')"], tmp_path / "ok.log", watch=lambda p: None, interval=0.1)
+    assert ok["returncode"] == 0 and ok["user_seconds"] >= 0 and ok["peak_rss_bytes"] > 0
+    assert (tmp_path / "ok.log").read_text().startswith("hi\n")
