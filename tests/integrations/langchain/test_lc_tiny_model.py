@@ -44,18 +44,20 @@ def test_single_question_values(tiny_decider) -> None:
     """Each plain value follows by hand from the Decider's own answer about the same state.
 
     The runnables ask one question, the direct call three: float32 tree blocks of different
-    requests are laid out differently and agree to ~1e-7 (docs/METHOD.md), so 1e-6, not bit for bit."""
+    requests are laid out differently (float sums in another order), so the house's invariance bound
+    for other questions on the same state, 1e-5 (docs/METHOD.md, tests/test_engine_invariance.py),
+    not bit for bit: measured up to 1.6e-6 on SmolLM2, traced and builder graphs alike."""
     ticket = TICKETS[1]  # a dict state: passed to the core as is
     direct = tiny_decider.decide(ticket, QUESTIONS).answers
     team = ChoiceRunnable(decider=tiny_decider, question=QUESTIONS["team"])
     p = direct["team"].probabilities
     assert team.invoke(ticket) == max(p, key=p.get)
-    assert team.with_answer().invoke(ticket).probabilities == pytest.approx(p, abs=1e-6)
+    assert team.with_answer().invoke(ticket).probabilities == pytest.approx(p, abs=1e-5)
     urgent = NoulRunnable(decider=tiny_decider, question=QUESTIONS["urgent"], threshold=0.5)
     assert urgent.invoke(ticket) is (direct["urgent"].noul >= 0.5)
     sev = ScoreRunnable(decider=tiny_decider, question=QUESTIONS["severity"])
     q = direct["severity"].probabilities
-    assert sev.invoke(ticket) == pytest.approx(0 * q["0"] + 1 * q["1"] + 2 * q["2"], abs=1e-6)
+    assert sev.invoke(ticket) == pytest.approx(0 * q["0"] + 1 * q["1"] + 2 * q["2"], abs=2e-5)  # 2 x the bound
 
 
 def test_router_on_the_tiny_model(tiny_decider) -> None:
