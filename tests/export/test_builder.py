@@ -272,6 +272,94 @@ def test_bf16_tensors_widen_exactly(tmp_path):
     np.testing.assert_array_equal(SafetensorsSource(tmp_path).get("w"), x.float().numpy())
 
 
+def test_every_finite_bf16_value_widens_exactly_chunk_by_chunk(tmp_path, monkeypatch):
+    """Every finite BF16 bit pattern (subnormals, -0, the largest) through a chunk size that splits the
+    tensor unevenly: the chunked widening into the output is bit-exact, torch the oracle; F16 and F32
+    take the same chunked path. A NaN in a later chunk is still refused."""
+    import torch
+    from safetensors.torch import save_file
+    from typed_decisions_export.builder import weights
+
+    bits = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    x = bits[torch.isfinite(bits)].reshape(-1, 2)  # 65,280 values
+    h = torch.randn(333, 7).to(torch.float16)
+    f = torch.randn(101, 3)
+    save_file({"w": x, "h": h, "f": f}, str(tmp_path / "model.safetensors"))
+    monkeypatch.setattr(weights, "CHUNK_BYTES", 1000)  # 500 BF16 values a chunk: 131 chunks, the last short
+    source = SafetensorsSource(tmp_path)
+    got = source.get("w")
+    assert got.dtype == np.float32 and got.shape == tuple(x.shape)
+    np.testing.assert_array_equal(got.view(np.uint32), x.float().numpy().view(np.uint32))
+    np.testing.assert_array_equal(source.get("h"), h.float().numpy())
+    np.testing.assert_array_equal(source.get("f"), f.numpy())
+    bad = x.clone()
+    bad.view(-1)[-3] = float("nan")
+    save_file({"w": bad}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(WeightError, match="NaN or infinite"):
+        SafetensorsSource(tmp_path).get("w")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_row_blocks_and_rows_equal_the_whole_tensor(tmp_path, dtype):
+    """The embedding and lm_head are read a block of rows at a time (or only the rows the self-check
+    needs): the same values as the whole tensor, in order, every row once."""
+    import torch
+    from safetensors.torch import save_file
+
+    x = torch.randn(1000, 24).to(getattr(torch, dtype))
+    save_file({"e": x}, str(tmp_path / "model.safetensors"))
+    source = SafetensorsSource(tmp_path)
+    whole = source.get("e")
+    blocks = list(source.row_blocks("e", (1000, 24), block_bytes=4 * 24 * 37))  # 37 rows a block
+    assert [b.shape[0] for b in blocks] == [37] * 27 + [1]
+    np.testing.assert_array_equal(np.concatenate(blocks), whole)
+    ids = [999, 0, 5, 5, 512]
+    np.testing.assert_array_equal(source.get_rows("e", ids), whole[ids])
+    with pytest.raises(WeightError, match="asked for rows"):
+        source.get_rows("e", [1000])
+    with pytest.raises(WeightError, match="the config implies"):
+        next(source.row_blocks("e", (24, 1000)))
+
+
+def test_reading_a_bf16_tensor_holds_no_full_size_temporary(tmp_path, monkeypatch):
+    """Issue #32: a BF16 tensor is widened into its float32 output chunk by chunk (the old reader held
+    the raw uint16 copy and a uint32 copy beside the output: 2.5 x the output at its peak), and
+    lm_head.npy is written a block of rows at a time (never the whole (V, H) array): numpy's
+    allocations, traced."""
+    import tracemalloc
+
+    import torch
+    from safetensors.torch import save_file
+    from typed_decisions_export.builder import weights, write_lm_head
+
+    rows, cols = 4096, 1024  # 16 MiB of float32
+    x = torch.randn(rows, cols).to(torch.bfloat16)
+    save_file({"lm_head.weight": x}, str(tmp_path / "model.safetensors"))
+    source = SafetensorsSource(tmp_path)
+    monkeypatch.setattr(weights, "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(weights, "BLOCK_BYTES", 1 << 20)
+    tracemalloc.start()
+    try:
+        out = source.get("lm_head.weight")
+        _, peak = tracemalloc.get_traced_memory()
+        del out
+        tracemalloc.reset_peak()
+
+        class Spec:  # write_lm_head reads only these
+            lm_head, embed, vocab_size, hidden_size = "lm_head.weight", "model.embed_tokens.weight", rows, cols
+
+        assert write_lm_head(tmp_path, tmp_path / "lm_head.npy", spec=Spec) == (rows, cols)
+        _, head_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    full = 4 * rows * cols
+    assert peak < full + 4 * (1 << 20), peak  # the output plus a chunk, not 2.5 x the output
+    assert head_peak < full / 4, head_peak  # a block of rows (1 MiB here), never the whole head
+    ref = tmp_path / "ref.npy"
+    np.save(ref, x.float().numpy())
+    assert (tmp_path / "lm_head.npy").read_bytes() == ref.read_bytes()  # np.save's own format, byte for byte
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("params", [
     {"rope_type": "default", "rope_theta": 10000.0},

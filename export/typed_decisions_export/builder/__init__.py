@@ -139,13 +139,24 @@ def build_backbone(folder: Path | Source, onnx_path: Path, *, spec: DecoderSpec 
 
 
 def write_lm_head(folder: Path | Source, path: Path, *, spec: DecoderSpec | None = None) -> tuple[int, int]:
-    """lm_head.npy, (vocab, hidden) float32, from the source's output embedding; returns its shape."""
+    """lm_head.npy, (vocab, hidden) float32, from the source's output embedding; returns its shape.
+    Streamed a block of rows at a time (issue #32: the whole head is 2.2 GB of float32 at 7B)."""
     spec = spec or (spec_of(folder.config) if isinstance(folder, Source) else plan(folder))
+    from .decoder import row_blocks
+
     source = _tensors(folder)
     name = _lm_head_name(spec, source)
-    head = source.get(name, (spec.vocab_size, spec.hidden_size))
-    np.save(path, head)
-    return tuple(head.shape)
+    shape = (spec.vocab_size, spec.hidden_size)
+    with open(path, "wb") as f:  # np.save's format, written a block of rows at a time (never (V, H) at once)
+        np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                                                 "fortran_order": False, "shape": shape})
+        rows = 0
+        for block in row_blocks(source, name, shape):
+            f.write(memoryview(np.ascontiguousarray(block, dtype=np.float32)).cast("B"))
+            rows += block.shape[0]
+    if rows != shape[0]:
+        raise WeightError(f"{name}: {rows} rows read for lm_head.npy, {shape[0]} expected")
+    return shape
 
 
 __all__ = ["BuilderError", "DecoderSpec", "Source", "UnsupportedArchitecture", "WeightError", "build_backbone",

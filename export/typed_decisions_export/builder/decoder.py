@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import numpy as np
@@ -59,6 +60,15 @@ class _Weights:
             b = self.source.get(p.bias, (out_features,))
             bias = self.g.weight(p.bias, b)
         return weight, bias
+
+
+def row_blocks(source: Any, name: str, expect: tuple[int, int]) -> Iterator[np.ndarray]:
+    """A 2-D tensor in blocks of rows when the source can read it so (the embedding and LM head:
+    never the whole (V, H) float32 array), else whole."""
+    if hasattr(source, "row_blocks"):
+        yield from source.row_blocks(name, expect)
+    else:
+        yield source.get(name, expect)
 
 
 def _scope(spec: DecoderSpec, i: int, *path: str) -> list[str]:
@@ -139,7 +149,9 @@ def write_backbone(spec: DecoderSpec, source: SafetensorsSource, onnx_path: Path
     with open(data_path, "wb") as f:
         g = GraphWriter(f, data_path.name)
         w = _Weights(g, source, spec, progress or (lambda name: None))
-        x = g.op("Gather", [g.weight(spec.embed, source.get(spec.embed, (spec.vocab_size, hidden))), "input_ids"], axis=0)
+        embed = g.weight_blocks(spec.embed, (spec.vocab_size, hidden),
+                                row_blocks(source, spec.embed, (spec.vocab_size, hidden)))
+        x = g.op("Gather", [embed, "input_ids"], axis=0)
         if spec.embed_scale is not None:
             x = g.op("Mul", [x, g.const(spec.embed_scale, np.float32)])
 

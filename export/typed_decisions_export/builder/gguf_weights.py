@@ -20,6 +20,7 @@ tensor whose de-quantized values are not finite is refused naming the tensor.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,24 @@ class GGUFSource:
         if self.arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
             w = unpermute(w, self._heads[0] if ".attn_q." in t.name else self._heads[1])
         return w
+
+    def row_blocks(self, name: str, expect: tuple[int, ...] | None = None, *,
+                   block_bytes: int | None = None) -> Iterator[np.ndarray]:
+        """A 2-D tensor as consecutive float32 blocks of rows (about `block_bytes` each), so an
+        embedding or LM head is never held whole; a permuted q/k is read whole (one block)."""
+        t = self._tensor(name)
+        shape = self.shape_of(t)
+        if len(shape) != 2 or (self.arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name)):
+            yield self.get(name, expect)
+            return
+        if expect is not None and tuple(expect) != shape:
+            raise WeightError(f"tensor {name!r} (GGUF {t.name!r}) has shape {list(shape)}, the config implies "
+                              f"{list(expect)}")
+        from .weights import BLOCK_BYTES
+
+        per = max(1, (block_bytes or BLOCK_BYTES) // (4 * max(1, shape[1])))
+        for r in range(0, shape[0], per):
+            yield self._finite(t, self._rows(t, r, min(per, shape[0] - r)))
 
     def get_rows(self, name: str, ids: list[int]) -> np.ndarray:
         """Rows `ids` of a 2-D tensor (an embedding), de-quantized one row at a time."""

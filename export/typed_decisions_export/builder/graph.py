@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -64,22 +65,34 @@ class GraphWriter:
 
     def weight(self, name: str, array: np.ndarray) -> str:
         """Write `array` (float32, C order) to the external-data file now; the graph keeps a reference."""
+        array = np.ascontiguousarray(array, dtype=np.float32)
+        return self.weight_blocks(name, array.shape, [array])
+
+    def weight_blocks(self, name: str, shape: tuple[int, ...], blocks: Iterable[np.ndarray]) -> str:
+        """Write a float32 tensor of `shape` given as consecutive C-order blocks (rows of a 2-D
+        tensor, say), each written before the next is asked for: the whole tensor is never held."""
         from onnx import TensorProto
 
-        array = np.ascontiguousarray(array, dtype=np.float32)
-        align = _PAGE if array.nbytes >= _BIG else _ALIGN
+        nbytes = 4 * int(np.prod(shape))
+        align = _PAGE if nbytes >= _BIG else _ALIGN
         pad = (-self._offset) % align
         if pad:
             self._data.write(b"\0" * pad)
             self._offset += pad
-        self._data.write(memoryview(array).cast("B"))
-        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(array.shape),
+        written = 0
+        for block in blocks:
+            block = np.ascontiguousarray(block, dtype=np.float32)
+            self._data.write(memoryview(block).cast("B"))
+            written += block.nbytes
+        if written != nbytes:
+            raise ValueError(f"{name}: blocks of {written} bytes for a tensor of shape {list(shape)} ({nbytes} bytes)")
+        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(shape),
                              data_location=TensorProto.EXTERNAL)
-        for key, value in (("location", self._location), ("offset", str(self._offset)), ("length", str(array.nbytes))):
+        for key, value in (("location", self._location), ("offset", str(self._offset)), ("length", str(nbytes))):
             entry = tensor.external_data.add()
             entry.key, entry.value = key, value
-        self._offset += array.nbytes
-        self.bytes_written += array.nbytes
+        self._offset += nbytes
+        self.bytes_written += nbytes
         self.initializers.append(tensor)
         return name
 
