@@ -15,7 +15,7 @@ and the functions above take that Source wherever they take a folder.
 
 Layout: errors.py, rope.py (inverse frequencies), weights.py (safetensors, one tensor at a time),
 gguf_config.py and gguf_weights.py (GGUF metadata and tensors),
-graph.py (the writer, external data), ops.py (norm, RoPE, attention, MLP, masks), decoder.py (a
+graph.py (the writer, external data), disk.py (the bytes an export writes, checked before writing), ops.py (norm, RoPE, attention, MLP, masks), decoder.py (a
 layer and the whole graph), spec.py (what a family says), families/ (one file per family).
 """
 
