@@ -275,6 +275,19 @@ def _batch_counters(url: str) -> tuple[float, float]:
             sum(c.get("run_many_requests", 0.0) for c in counters.values()))
 
 
+def _post_together(client: httpx.Client, url: str, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
+    """POST every body at once (a barrier releases the threads together, so a batch can form);
+    the replies in the bodies' order."""
+    barrier = threading.Barrier(len(bodies))
+
+    def post(body: dict[str, Any]) -> httpx.Response:
+        barrier.wait()
+        return client.post(url, json=body)
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(post, bodies))
+
+
 @pytest.mark.parametrize("batching", ["micro", "serve"])
 def test_both_batching_paths_batch_and_equal_decider_run(apps, tiny_decider, batching):
     """16 concurrent requests about one state (one replica owns it), 4 different questions: every
@@ -287,14 +300,7 @@ def test_both_batching_paths_batch_and_equal_decider_run(apps, tiny_decider, bat
     want = [tiny_decider.run(b).model_dump(mode="json")["answers"] for b in bodies]
     calls0, requests0 = _batch_counters(url)
     with httpx.Client(headers={"authorization": f"Bearer {KEY}"}, timeout=60) as client:
-        barrier = threading.Barrier(len(bodies))
-
-        def post(body: dict[str, Any]) -> httpx.Response:
-            barrier.wait()
-            return client.post(url + "/v1/systemone", json=body)
-
-        with ThreadPoolExecutor(len(bodies)) as pool:
-            replies = list(pool.map(post, bodies))
+        replies = _post_together(client, url + "/v1/systemone", bodies)
     calls1, requests1 = _batch_counters(url)
     for r, w in zip(replies, want):
         assert r.status_code == 200, r.text
@@ -351,14 +357,7 @@ def test_a_fitted_preset_answers_through_serve_as_in_python(apps, tiny_decider, 
     assert want["answers"]["team"]["probabilities"] != pytest.approx(zero["answers"]["team"]["probabilities"], abs=1e-4)
     bodies = [({"state": state} if i % 2 == 0 else {"state": state, "params": {"fitted": "none"}}) for i in range(8)]
     with httpx.Client(headers={"authorization": f"Bearer {KEY}"}, timeout=60) as client:
-        barrier = threading.Barrier(len(bodies))
-
-        def post(body: dict[str, Any]) -> httpx.Response:
-            barrier.wait()
-            return client.post(url + "/v1/presets/team", json=body)
-
-        with ThreadPoolExecutor(len(bodies)) as pool:
-            replies = list(pool.map(post, bodies))
+        replies = _post_together(client, url + "/v1/presets/team", bodies)
         for i, r in enumerate(replies):
             assert r.status_code == 200, r.text
             expected = want if i % 2 == 0 else zero
