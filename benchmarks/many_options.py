@@ -7,14 +7,17 @@ it, each step timed: compile (prompt and label paths), plan (label tries, readou
 of the engine: radix tree, masks, KV copies, LM-head rows), readout (chain rule) and reduce.
 Interleaved with it: the prefill of the prompt alone (the listing up to the answer position, one
 context, no label branches). The request minus that prefill is what the label readout costs.
+A mode that compiles to the same prompt and label paths as an earlier one (``names`` and ``auto``,
+which is names for a choice) is timed once and listed under ``same_as``.
 
 Options: other prefill chunk sizes (``--chunks``; every chunk's answers are compared bit for bit
 with the first's), transformers' prefill of the same tokens (``--torch-gguf tiny``: SDPA attention,
 as a yardstick of what a prefill of that many tokens costs on this machine), and ONNX Runtime's
-own profile of one prompt prefill (``--ort-profile``: kernel time by op type, attention vs the rest).
+own profile of one prompt prefill (``--ort-profile N``: kernel time by op type, attention vs the
+rest, for the N-option prompts).
 
     python -m benchmarks.many_options --model tiny [--options 26,128,255] [--modes auto,names,letters]
-        [--rounds 1] [--chunks 2048,512] [--torch-gguf tiny] [--ort-profile] [--threads 2] [--out FILE]
+        [--rounds 1] [--chunks 2048,512] [--torch-gguf tiny] [--ort-profile 255] [--threads 2] [--out FILE]
 
 Prints a table and writes the schema-1 result (results/many_options/<model>-<cpuclass>-<date>.json).
 """
@@ -47,18 +50,20 @@ PHASES = ("compile", "plan", "engine_ort", "engine_rest", "readout", "reduce")
 def answer_in_phases(d: Decider, body: dict[str, Any], mode: str) -> tuple[np.ndarray, dict[str, Any]]:
     """One request's single question answered as ``Decider.run`` answers it (no calibration, no
     cache: build the Decider with ``cache_bytes=0``), each step timed. Returns the probabilities and
-    ``{"seconds": {phase: s}, "runs": [{past, tokens, label_tokens, rows, s}], ...}``."""
+    ``{"seconds": {phase: s}, "runs": [{past, tokens, label_tokens, rows, s, cpu_s}], ...}`` (cpu_s:
+    this process's CPU seconds, every thread: steadier than wall time on a shared machine)."""
     backbone = d.engine.backbone
     inner = backbone.run_blocks
     runs: list[dict[str, Any]] = []
     prompt_len = 0
 
     def timed_run(blocks, past):  # type: ignore[no-untyped-def]
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = inner(blocks, past)
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
         labels = sum(int((past.next_pos[i] + depths(b.parent) >= prompt_len).sum()) for i, b in enumerate(blocks))
         runs.append({"past": past.length, "tokens": sum(len(b) for b in blocks), "label_tokens": labels,
-                     "rows": len(blocks), "s": round(time.perf_counter() - t, 4)})
+                     "rows": len(blocks), "s": round(wall, 4), "cpu_s": round(cpu, 4)})
         return out
 
     t0 = time.perf_counter()
@@ -90,13 +95,15 @@ def answer_in_phases(d: Decider, body: dict[str, Any], mode: str) -> tuple[np.nd
                "tokens_computed": d.engine.stats.tokens_computed - computed}
 
 
-def prompt_and_root(d: Decider, body: dict[str, Any], mode: str) -> tuple[list[int], tuple[int, ...]]:
-    """The question's prompt (prefix + suffix: everything up to the answer position) and the trie
-    root's allowed tokens."""
+def prompt_and_root(d: Decider, body: dict[str, Any], mode: str) -> tuple[list[int], tuple[int, ...], tuple]:
+    """The question's prompt (prefix + suffix: everything up to the answer position), the trie
+    root's allowed tokens, and what the engine is asked (prompt and label paths: two modes that
+    compile alike, as auto and names do for a choice, are timed once)."""
     comp = d.compiler.compile(parse_request(body), label_mode=mode)  # type: ignore[arg-type]
     (q,) = comp.questions
     plan = plan_readout([comp], read_roots=True)
-    return list(comp.prefix_ids + q.suffix_ids), plan.allowed[0]
+    prompt = list(comp.prefix_ids + q.suffix_ids)
+    return prompt, plan.allowed[0], (tuple(prompt), q.label_paths.paths, q.label_paths.owners)
 
 
 def ort_profile(d: Decider, prompt: list[int], root: tuple[int, ...], threads: int | None) -> dict[str, Any]:
@@ -180,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", default="", help="prefill chunk sizes to compare (default: the engine's)")
     p.add_argument("--torch-gguf", default=None, help="also time transformers' prefill of each prompt "
                    "(a GGUF path or catalogue name, e.g. tiny)")
-    p.add_argument("--ort-profile", action="store_true", help="ONNX Runtime's op profile of each prompt prefill")
+    p.add_argument("--ort-profile", type=int, default=0, metavar="N",
+                   help="ONNX Runtime's op profile of the prefill of the N-option prompts (one more prefill each)")
     harness.common_args(p)
     args = p.parse_args(argv)
     load_start = os.getloadavg()
@@ -194,10 +202,17 @@ def main(argv: list[str] | None = None) -> int:
 
     fns, before, detail, probs = {}, {}, collections.defaultdict(list), {}
     prompts: dict[str, tuple[list[int], tuple[int, ...]]] = {}
+    same_as: dict[str, str] = {}  # "n/mode" → the "n/mode" that compiles alike and is timed instead
     for n in counts:
         body = queue_choice(n, d.name)
+        asked: dict[tuple, str] = {}
         for mode in modes:
-            prompts[f"{n}/{mode}"] = prompt_and_root(d, body, mode)
+            prompt, root, what = prompt_and_root(d, body, mode)
+            if what in asked:
+                same_as[f"{n}/{mode}"] = asked[what]
+                continue
+            asked[what] = f"{n}/{mode}"
+            prompts[f"{n}/{mode}"] = (prompt, root)
             for chunk in chunks:
                 key = f"{n}/{mode}" + (f"/chunk{chunk}" if len(chunks) > 1 else "")
                 set_chunk = functools.partial(setattr, d.engine, "prefill_chunk", chunk)
@@ -216,44 +231,67 @@ def main(argv: list[str] | None = None) -> int:
         torch_fn = torch_prefill(args.torch_gguf, args.threads)
         first: dict[tuple[int, ...], str] = {}
         for key, (prompt, _) in prompts.items():
-            if tuple(prompt) not in first:  # auto and names list a choice alike: timed once
+            if tuple(prompt) not in first:  # one prompt, timed once
                 first[tuple(prompt)] = key + "/torch_prefill"
                 fns[key + "/torch_prefill"] = functools.partial(torch_fn, prompt)
             torch_of[key] = first[tuple(prompt)]
-    times, _ = harness.interleaved(fns, rounds=args.rounds, before=before, warmup=0)
+    cpu: dict[str, list[float]] = collections.defaultdict(list)
+
+    def cpu_timed(name: str, fn: Any) -> Any:
+        def call() -> None:
+            c = time.process_time()
+            fn()
+            cpu[name].append(time.process_time() - c)
+        return call
+
+    times, _ = harness.interleaved({k: cpu_timed(k, f) for k, f in fns.items()}, rounds=args.rounds,
+                                   before=before, warmup=0)
     d.engine.prefill_chunk = default_chunk
 
     results: dict[str, Any] = {"options": counts, "modes": modes, "chunks": chunks, "rounds": args.rounds,
-                               "state": "jevcompat's ticket (workloads.JEV_TICKET)", "systems": {}}
+                               "state": "jevcompat's ticket (workloads.JEV_TICKET)", "same_as": same_as,
+                               "systems": {}}
     rows = []
     for n in counts:
         for mode in modes:
+            if f"{n}/{mode}" in same_as:
+                rows.append(f"| {n} | {mode} | the same prompt and label paths as {same_as[f'{n}/{mode}']} |")
+                continue
             for chunk in chunks:
                 key = f"{n}/{mode}" + (f"/chunk{chunk}" if len(chunks) > 1 else "")
                 ref = f"{n}/{mode}" + (f"/chunk{chunks[0]}" if len(chunks) > 1 else "")
                 infos, req_s, pre_s = detail[key], times[key + "/request"], times[key + "/prefill"]
+                req_c, pre_c = cpu[key + "/request"], cpu[key + "/prefill"]
                 labels = [r - q for r, q in zip(req_s, pre_s)]
+                labels_c = [r - q for r, q in zip(req_c, pre_c)]
                 last = infos[-1]
                 entry = {
                     "options": n, "mode": mode, "prefill_chunk": chunk, "prompt_tokens": last["prompt_tokens"],
                     "label_paths": last["label_paths"], "readouts": last["readouts"],
                     "label_tokens_computed": last["tokens_computed"] - last["prompt_tokens"],
                     "request_s": [round(x, 3) for x in req_s], "prompt_prefill_s": [round(x, 3) for x in pre_s],
+                    "request_cpu_s": [round(x, 3) for x in req_c], "prompt_prefill_cpu_s": [round(x, 3) for x in pre_c],
                     "labels_s": round(statistics.median(labels), 3),
+                    "labels_share": round(statistics.median(labels) / statistics.median(req_s), 3),
+                    "labels_cpu_s": round(statistics.median(labels_c), 3),
+                    "labels_cpu_share": round(statistics.median(labels_c) / statistics.median(req_c), 3),
                     # the same from the runs: each run's time shared out by its tokens (label tokens
                     # sit at the end of their run and attend to more columns: a lower bound)
                     "labels_by_runs_s": round(statistics.median(
                         sum(r["s"] * r["label_tokens"] / r["tokens"] for r in i["runs"]) for i in infos), 3),
-                    "labels_share": round(statistics.median(labels) / statistics.median(req_s), 3),
+                    "labels_by_runs_cpu_s": round(statistics.median(
+                        sum(r["cpu_s"] * r["label_tokens"] / r["tokens"] for r in i["runs"]) for i in infos), 3),
                     "phases_s": {ph: round(statistics.median(i["seconds"][ph] for i in infos), 4) for ph in PHASES},
                     "runs": last["runs"], "choice": int(np.argmax(probs[key])), "p_max": float(np.max(probs[key])),
                     "bitwise_equal_to": ref, "bitwise_equal": bool(np.array_equal(probs[key], probs[ref])),
                 }
                 if f"{n}/{mode}" in torch_of:
-                    t = times[torch_of[f"{n}/{mode}"]]
+                    t, tc = times[torch_of[f"{n}/{mode}"]], cpu[torch_of[f"{n}/{mode}"]]
                     entry["torch_prefill_s"] = [round(x, 3) for x in t]
+                    entry["torch_prefill_cpu_s"] = [round(x, 3) for x in tc]
                     entry["prompt_prefill_over_torch"] = round(statistics.median(pre_s) / statistics.median(t), 3)
-                if args.ort_profile and chunk == chunks[0]:
+                    entry["prompt_prefill_over_torch_cpu"] = round(statistics.median(pre_c) / statistics.median(tc), 3)
+                if args.ort_profile == n and chunk == chunks[0]:
                     d.engine.prefill_chunk = chunk
                     entry["ort_profile"] = ort_profile(d, *prompts[f"{n}/{mode}"], args.threads)
                     d.engine.prefill_chunk = default_chunk
@@ -261,12 +299,14 @@ def main(argv: list[str] | None = None) -> int:
                 ph = entry["phases_s"]
                 rows.append(f"| {n} | {mode} | {chunk} | {entry['prompt_tokens']} | {entry['readouts']} | "
                             f"{entry['label_tokens_computed']} | {len(entry['runs'])} | "
-                            f"{statistics.median(req_s):.2f} | {statistics.median(pre_s):.2f} | "
-                            f"{entry['labels_s']:.2f} ({100 * entry['labels_share']:.0f} %) | {entry['labels_by_runs_s']:.2f} | "
+                            f"{statistics.median(req_s):.2f} / {statistics.median(req_c):.2f} | "
+                            f"{statistics.median(pre_s):.2f} / {statistics.median(pre_c):.2f} | "
+                            f"{entry['labels_cpu_s']:.2f} ({100 * entry['labels_cpu_share']:.0f} %) | "
+                            f"{entry['labels_by_runs_cpu_s']:.2f} | "
                             f"{1e3 * ph['compile']:.0f} | {1e3 * ph['plan']:.0f} | {1e3 * ph['engine_rest']:.0f} | "
                             f"{1e3 * (ph['readout'] + ph['reduce']):.1f} | {entry['bitwise_equal']} |")
-    print("| options | mode | chunk | prompt tokens | readouts | label tokens | runs | request s | prompt prefill s "
-          "| labels s (share) | label runs s | compile ms | plan ms | engine outside ORT ms | readout + reduce ms | same bits |")
+    print("| options | mode | chunk | prompt tokens | readouts | label tokens | runs | request s (wall / CPU) "
+          "| prompt prefill s (wall / CPU) | labels CPU s (share) | label runs CPU s | compile ms | plan ms | engine outside ORT ms | readout + reduce ms | same bits |")
     print("|" + "---|" * 16)
     print("\n".join(rows))
     path = harness.write_result("many_options", d.name, results, out=args.out, load_avg_start=load_start,
