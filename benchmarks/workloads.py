@@ -1,4 +1,5 @@
-"""The requests every benchmark shares: W1-W4 (bench.py's workloads), W5's tickets, the warm-up.
+"""The requests every benchmark shares: W1-W4 (bench.py's workloads), W5's tickets, the warm-up,
+jevcompat's many-option choice (``queue_choice``, many_options.py).
 
 Workloads (states are a synthetic support ticket cut at a token count of the model's tokenizer):
 W1 one noul about a ~100-token state; W2 choice of 5 + noul + score of 5 about a ~300-token state;
@@ -84,6 +85,26 @@ def w5_requests(tok: Any, model: str, n: int) -> list[dict[str, Any]]:
     w2 = workloads(tok)["W2"]
     return [{**w2, "model": model, "state": make_state(tok, 300, first=k, head=f"Ticket #{k + 1}.")}
             for k in range(n)]
+
+
+# jevcompat 0.1.1's state (checks.TICKET), asked with its "choice-options" question below
+JEV_TICKET = ("Hi, I was charged twice for my March invoice (order #4471) and the refund I was promised "
+              "last week still hasn't arrived. I've emailed three times. Please fix this today or I will "
+              "dispute the charge with my bank.")
+
+
+def queue_choice(n: int, model: str = "bench") -> dict[str, Any]:
+    """jevcompat's many-option request (its ``choice-options`` case, which asks 2, 26, 64, 128 and
+    255 options in turn): ``Billing`` and ``Queue 001`` ... ``Queue {n-1:03d}``, each described, about
+    jevcompat's ticket (n >= 3; jevcompat's 2-option request lists Billing and Technical instead).
+
+    >>> q = queue_choice(4)["questions"]["queue"]["criteria"]; list(q)[:2], q["Queue 003"]
+    (['Billing', 'Queue 001'], 'Tickets routed to queue 3')
+    """
+    options = {"Billing": "Payments, invoices, refunds",
+               **{f"Queue {i:03d}": f"Tickets routed to queue {i}" for i in range(1, n)}}
+    return {"model": model, "state": JEV_TICKET, "questions": {"queue": {
+        "type": "choice", "instructions": "Which queue should this ticket go to?", "criteria": options}}}
 
 
 def warm_request(request: dict[str, Any]) -> dict[str, Any]:

@@ -15,8 +15,9 @@ real export, and the suites run against it through their own Python APIs, unchan
 
 Runtime: 222-363 s on 2 shared cores at load 8-12 (jevcompat 180-284 s, jevbench 35-68 s, two
 server starts); jevcompat alone took 136 s at load 2, so about 3 min on a quiet machine. Most of it is jevcompat's 128-, 255- and 256-option choices
-on CPU (~50 s for 255 options): the timeouts are 300 s per request, so a loaded machine makes the
-run slow, never inconclusive.
+on CPU: 255 described options are a 4,369-token prompt, 13.5 s on 2 quiet cores and ~47 s at load
+7-13, nearly all of it the prompt's prefill (docs/benchmarks.md, "Many options"). The timeouts are
+300 s per request, so a loaded machine makes the run slow, never inconclusive.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def _summary(rep: Any) -> str:
 def test_jevcompat_full_suite(served: str, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]):
     from jevcompat import report
 
-    rep = jevcompat_runner.run(served, key=KEY, timeout=300)  # a loaded 2-core machine: 255 options take ~60 s
+    rep = jevcompat_runner.run(served, key=KEY, timeout=300)  # 255 options: 13.5 s quiet, ~47 s at load 7-13
     with capsys.disabled():
         print("\n" + _summary(rep))
         for r in rep.results:
