@@ -4,10 +4,13 @@ model's (SmolLM2-135M, marked ``model``). Every test runs on both."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import td_tokenizer
 
 from typed_decisions.compiler import Compiler
+from typed_decisions.debias import canonical_order
 from typed_decisions.decider import parse_request
 from typed_decisions.errors import (
     ContextTooLongError,
@@ -237,14 +240,20 @@ def test_rotations_share_the_prefix_and_map_labels_to_the_listed_options(parts):
                        "questions": {"team": THREE["team"], "urgent": THREE["urgent"], "sev": THREE["sev"]}})
     c = comp.compile(r, label_mode="letters")
     team, urgent, sev = c.rotations
-    assert [q.order for q in team] == [(1, 2, 0), (2, 0, 1)] and urgent == ()
+    names = list(THREE["team"]["criteria"])
+    base = canonical_order(names, list(THREE["team"]["criteria"].values()))
+    shown = [base] + [[base[(i + s) % 3] for i in range(3)] for s in (1, 2)]  # the rotations of the canonical order
+    assert [c.questions[0].order or (0, 1, 2)] + [q.order or (0, 1, 2) for q in team] == [tuple(o) for o in shown]
+    assert urgent == ()
     assert [q.order for q in sev] == [(2, 1, 0)]
     assert "Levels (highest first):\nA. high\nB. medium\nC. low" in sev[0].question_text
-    # shown second at position A: 'technical' gets the label A; options stay in the listed order
-    assert team[0].options == ("billing", "technical", "sales") and team[0].labels == ("C", "A", "B")
+    # each option carries the letter of the position it is shown at; options stay in the listed order
+    for q, order in zip((c.questions[0], *team), shown):
+        assert q.options == ("billing", "technical", "sales")
+        assert q.labels == tuple("ABC"[order.index(j)] for j in range(3))
     # the same prompt as a request that lists the options in that order
     reordered = comp.compile(request(team={**THREE["team"], "criteria": {
-        k: THREE["team"]["criteria"][k] for k in ("technical", "sales", "billing")}}), label_mode="letters")
+        names[j]: THREE["team"]["criteria"][names[j]] for j in shown[1]}}), label_mode="letters")
     assert reordered.questions[0].suffix_ids == team[0].suffix_ids
     plain = comp.compile(request(**THREE), label_mode="letters")
     assert c.prefix_ids == plain.prefix_ids
@@ -254,10 +263,53 @@ def test_rotations_share_the_prefix_and_map_labels_to_the_listed_options(parts):
 def test_rotations_are_capped_and_evenly_spaced(parts):
     _, template, comp = parts
     capped = Compiler(comp.tok, template, max_rotations=4)
+    names = [f"o{i}" for i in range(10)]
     r = parse_request({"model": "m", "state": "s", "debias": "rotate",
-                       "questions": {"t": {"type": "choice", "criteria": {f"o{i}": None for i in range(10)}}}})
-    (rots,) = capped.compile(r).rotations
-    assert [q.order[0] for q in rots] == [2, 5, 7]  # shifts ⌊j·10/4⌋, j = 1..3
+                       "questions": {"t": {"type": "choice", "criteria": {n: None for n in names}}}})
+    c = capped.compile(r)
+    (rots,) = c.rotations
+    base = canonical_order(names)
+    assert c.questions[0].order[0] == base[0]
+    assert [q.order[0] for q in rots] == [base[2], base[5], base[7]]  # shifts ⌊j·10/4⌋, j = 1..3
+
+
+PERMUTATIONS_OF_THREE = list(itertools.permutations(range(3)))
+
+
+@pytest.mark.parametrize("debias", ["canonical", "rotate"])
+def test_canonical_prompts_do_not_depend_on_the_listed_order(parts, debias):
+    """Every listing of the same options compiles to the same prompts (examples included), and
+    each option keeps its own label whatever its listed position."""
+    _, _, comp = parts
+    team = THREE["team"]
+    names = list(team["criteria"])
+    examples = [{"state": "Refund my double charge.", "answers": {"team": "billing"}}]
+    seen = set()
+    for perm in PERMUTATIONS_OF_THREE:
+        listed = {names[j]: team["criteria"][names[j]] for j in perm}
+        body = {"model": "m", "state": "I was charged twice.", "debias": debias, "examples": examples,
+                "questions": {"team": {**team, "criteria": listed}, "sev": THREE["sev"]}}
+        c = comp.compile(parse_request(body), label_mode="letters")
+        units = [c.questions[0], *(c.rotations[0] if c.rotations else ())]
+        assert all(q.options == tuple(listed) for q in units)  # answers keyed in the caller's order
+        seen.add((c.prefix_ids, tuple((q.suffix_ids, tuple(sorted(zip(q.options, q.labels)))) for q in units)))
+    assert len(seen) == 1
+    # the listed order is not what "none" shows for every listing: the test could fail
+    plain = {comp.compile(parse_request({"model": "m", "state": "s", "questions": {"team": {
+        **team, "criteria": {names[j]: team["criteria"][names[j]] for j in perm}}}})).questions[0].suffix_ids
+        for perm in PERMUTATIONS_OF_THREE}
+    assert len(plain) == 6
+
+
+def test_canonical_orders_by_description_so_renamed_options_keep_their_places(parts):
+    """canonical_order sorts by description (name when there is none): options renamed with their
+    descriptions kept are shown at the same positions."""
+    _, _, comp = parts
+    crit = {"billing": "Payments", "technical": "Bugs", "sales": "Deals"}
+    renamed = dict(zip(["option_1", "option_2", "option_3"], crit.values()))
+    a = comp.compile(request(t={"type": "choice", "criteria": crit}).model_copy(update={"debias": "canonical"}))
+    b = comp.compile(request(t={"type": "choice", "criteria": renamed}).model_copy(update={"debias": "canonical"}))
+    assert a.questions[0].order == b.questions[0].order != ()
 
 
 def test_debias_field_is_validated():
@@ -356,14 +408,23 @@ def test_example_answers_are_the_gold_labels_of_the_mode(parts, mode, want):
     assert [a for _, a in turns_of(tok, c.prefix_ids)] == want
 
 
-def test_rotations_keep_the_examples_in_the_listed_order(parts):
+def test_rotations_show_the_examples_in_the_canonical_order(parts):
     tok, _, comp = parts
     c = comp.compile(with_examples(debias="rotate"), label_mode="letters")
-    assert c.rotations[0] and all(q.order for q in c.rotations[0])
-    listed = comp.compile(with_examples(), label_mode="letters")
-    assert c.prefix_ids == listed.prefix_ids  # one shared prefix for every order
+    assert len(c.rotations[0]) == 2
+    names = list(THREE["team"]["criteria"])
+    base = canonical_order(names, list(THREE["team"]["criteria"].values()))
+    assert base != [0, 1, 2]  # else this test could not tell canonical from listed
+    # one shared prefix for every order: the request that lists the options canonically, unrotated
+    canonical = {**THREE, "team": {**THREE["team"], "criteria": {names[j]: THREE["team"]["criteria"][names[j]]
+                                                                 for j in base}}}
+    listed = comp.compile(parse_request({"model": "m", "state": "I was charged twice.", "questions": canonical,
+                                         "examples": EXAMPLES}), label_mode="letters")
+    assert c.prefix_ids == listed.prefix_ids
     turns = turns_of(tok, c.prefix_ids)
-    assert "A. billing: Payments\nB. technical\nC. sales: Deals" in turns[0][0] and turns[0][1] == "A"
+    lines = [f"{'ABC'[pos]}. {names[j]}" + (f": {THREE['team']['criteria'][names[j]]}"
+                                             if THREE["team"]["criteria"][names[j]] else "") for pos, j in enumerate(base)]
+    assert "\n".join(lines) in turns[0][0] and turns[0][1] == "ABC"[base.index(0)]  # the example's gold: billing
 
 
 def test_an_example_may_reword_the_question(parts):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
 from typed_decisions.debias import (
     MAX_ROTATIONS,
     average,
+    canonical_order,
     flip_rate,
     question_orders,
     rotated_order,
@@ -65,3 +68,37 @@ def test_average_and_flip_rate_hand_values():
 def test_bad_input_is_refused(bad):
     with pytest.raises(ValueError):
         bad()
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 9])
+def test_canonical_order_is_a_function_of_the_option_set(n):
+    """Any listing of the same (name, description) pairs is shown in the same sequence."""
+    rng = np.random.default_rng(n)
+    names = [f"opt{i}" for i in range(n)]
+    descs = [None if i % 3 == 0 else f"description {i}" for i in range(n)]
+    shown = [names[j] for j in canonical_order(names, descs)]
+    for _ in range(10):
+        p = rng.permutation(n)
+        ns, ds = [names[j] for j in p], [descs[j] for j in p]
+        order = canonical_order(ns, ds)
+        assert sorted(order) == list(range(n)) and [ns[j] for j in order] == shown
+
+
+def test_canonical_order_sorts_by_the_description_digest_then_the_name():
+    digest = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
+    names, descs = ["b", "a", "c"], ["same", "same", None]  # a, b share a description: the name decides
+    want = sorted(range(3), key=lambda j: (digest(descs[j] if descs[j] is not None else names[j]), names[j]))
+    assert canonical_order(names, descs) == want and want.index(1) < want.index(0)
+    with pytest.raises(ValueError, match="2 names but 1 descriptions"):
+        canonical_order(["a", "b"], ["x"])
+
+
+def test_canonical_and_rotate_start_from_the_base_order():
+    base = [2, 0, 3, 1]
+    assert question_orders("choice", 4, "canonical", base=base) == [base]
+    rot = question_orders("choice", 4, "rotate", base=base)
+    assert rot[0] == base and rot[1] == [0, 3, 1, 2] and len(rot) == 4
+    assert question_orders("score", 3, "canonical") == [[0, 1, 2]]  # levels are ordered: as listed
+    assert question_orders("choice", 4, "none", base=base) == [[0, 1, 2, 3]]
+    with pytest.raises(ValueError, match="base must be a permutation"):
+        question_orders("choice", 3, "canonical", base=[0, 0, 1])

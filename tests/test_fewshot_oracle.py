@@ -77,15 +77,17 @@ def test_the_examples_kv_is_reused_across_states(tiny_decider):
         np.testing.assert_allclose(again[n], cold[n], atol=1e-5)
 
 
-def test_rotate_keeps_the_examples_listed_and_averages_oracle_rotations(tiny_decider, tiny_torch):
+def test_rotate_shows_the_examples_canonically_and_averages_oracle_rotations(tiny_decider, tiny_torch):
     team = QUESTIONS["team"]
     ex = [{"state": e["state"], "answers": {"team": e["answers"]["team"]}} for e in EXAMPLES]
     body = {"model": "m", "state": STATES[0], "questions": {"team": team}, "examples": ex}
     comp = tiny_decider.compiler.compile(parse_request({**body, "debias": "rotate"}), label_mode="letters")
-    listed = tiny_decider.compiler.compile(parse_request(body), label_mode="letters")
-    assert comp.prefix_ids == listed.prefix_ids and len(comp.rotations[0]) == 2  # one prefix for every order
+    canonical = tiny_decider.compiler.compile(parse_request({**body, "debias": "canonical"}), label_mode="letters")
+    assert comp.prefix_ids == canonical.prefix_ids and len(comp.rotations[0]) == len(team["criteria"]) - 1
     got = tiny_decider.probabilities({**body, "debias": "rotate"}, label_mode="letters")["team"]
     want = [oracle_option_probs(tiny_torch, list(comp.prefix_ids + q.suffix_ids), q.label_paths.paths,
                                 q.label_paths.owners, len(q.options))
             for q in (comp.questions[0], *comp.rotations[0])]
     np.testing.assert_allclose(got, np.mean(want, axis=0), atol=1e-5)
+
+

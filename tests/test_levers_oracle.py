@@ -3,7 +3,9 @@
 - ``label_mode="mixture"``: the engine's option probabilities equal the chain rule computed by
   plain transformers forward passes over the same letter-and-name trie (test_engine_oracle's oracle);
 - ``debias="rotate"``: the averaged answer equals the mean of separate requests that list the
-  options in each rotated order, mapped back by option name;
+  options in each rotation of the canonical order, mapped back by option name;
+- ``debias="canonical"``: every listing of the options gets the answer of one request that lists
+  them in the canonical order;
 - label mass: equals the full-vocabulary float64 softmax of a transformers forward pass, summed
   over the trie root's tokens.
 """
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 from test_engine_oracle import oracle_option_probs, torch_next_token_probs
 
-from typed_decisions.debias import question_orders
+from typed_decisions.debias import canonical_order, question_orders
 from typed_decisions.decider import parse_request
 from typed_decisions.explain import render_text
 
@@ -49,8 +51,9 @@ def test_rotate_is_the_mean_of_the_rotated_requests(tiny_decider, mode):
     got = tiny_decider.probabilities({"model": "m", "state": state, "questions": {"team": TEAM},
                                       "debias": "rotate"}, label_mode=mode)["team"]
     names = list(TEAM["criteria"])
+    base = canonical_order(names, list(TEAM["criteria"].values()))
     dists = []
-    for order in question_orders("choice", len(names), "rotate"):
+    for order in question_orders("choice", len(names), "rotate", base=base):
         shown = {names[j]: TEAM["criteria"][names[j]] for j in order}
         p = tiny_decider.probabilities({"model": "m", "state": state,
                                         "questions": {"team": {**TEAM, "criteria": shown}}}, label_mode=mode)["team"]
@@ -60,13 +63,31 @@ def test_rotate_is_the_mean_of_the_rotated_requests(tiny_decider, mode):
     e = tiny_decider.explain({"model": "m", "state": state, "questions": {"team": TEAM}, "debias": "rotate"},
                              label_mode=mode)
     d = e.questions["team"].debias
-    assert len(d.rotations) == 4 and d.rotations[0].order == names
+    assert len(d.rotations) == 4 and d.rotations[0].order == [names[j] for j in base]
     np.testing.assert_allclose([d.probabilities[n] for n in names], got, atol=1e-12)
     flips = np.mean([np.argmax(p) != np.argmax(dists[0]) for p in dists[1:]])
     assert d.flip_rate == pytest.approx(flips)
     np.testing.assert_allclose(list(e.answers["team"].probabilities.values()), got, atol=1e-12)
     text = render_text(e)
     assert f"debias rotate: 4 orders, flip rate {d.flip_rate:.2f}" in text and "label mass: " in text
+
+
+@pytest.mark.parametrize("mode", ["names", "letters"])
+def test_canonical_answers_every_listing_as_the_canonical_request(tiny_decider, mode):
+    names = list(TEAM["criteria"])
+    base = canonical_order(names, list(TEAM["criteria"].values()))
+    shown = {names[j]: TEAM["criteria"][names[j]] for j in base}
+    want = dict(zip(shown, tiny_decider.probabilities({"model": "m", "state": STATES[1], "questions": {
+        "team": {**TEAM, "criteria": shown}}}, label_mode=mode)["team"]))
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        listed = [names[j] for j in rng.permutation(len(names))]
+        body = {"model": "m", "state": STATES[1], "debias": "canonical",
+                "questions": {"team": {**TEAM, "criteria": {n: TEAM["criteria"][n] for n in listed}}}}
+        got = tiny_decider.probabilities(body, label_mode=mode)["team"]
+        np.testing.assert_allclose(got, [want[n] for n in listed], atol=1e-6)
+        answer = tiny_decider.run(body, label_mode=mode).answers["team"]
+        assert list(answer.probabilities) == listed  # the caller's order, whatever was shown
 
 
 def test_label_mass_equals_the_full_softmax(tiny_decider, tiny_torch):

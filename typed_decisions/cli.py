@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .debias import DEBIAS_MODES
 from .errors import InvalidRequestError, TypedDecisionsError
 
 EXPORT_HINT = ("the export step needs the export distribution (torch + transformers): "
@@ -99,9 +100,10 @@ def _decide_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", choices=LABEL_MODES, default="auto",
                    help="label mode (default 'auto': names for choice, letters for score; 'mixture': "
                         "letter and name read together)")
-    p.add_argument("--debias", choices=["none", "rotate"], default="none",
-                   help="default for requests without a 'debias' field: 'rotate' averages the answer over "
-                        "rotations of the option order (default none)")
+    p.add_argument("--debias", choices=DEBIAS_MODES, default="none",
+                   help="default for requests without a 'debias' field: 'canonical' shows a choice's options in "
+                        "an order fixed by the option set, 'rotate' averages the answer over rotations of that "
+                        "order (default none: as listed)")
     p.add_argument("--wording", choices=list(WORDINGS), default="default",
                    help="system prompt and question-block sentences by name (typed_decisions/wording.py)")
     p.add_argument("--confidence", choices=["typesafe", "bonsai", "entropy"], default="typesafe")

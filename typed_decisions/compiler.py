@@ -24,8 +24,10 @@ Label modes:
 - ``auto`` (the default): per question type, the mode that measured best on real data
   (``AUTO_LABELS``: names for choice, letters for score).
 
-Order debiasing (``debias="rotate"``, ``debias.py``): each choice question is also compiled under
-cyclic rotations of its options (score: lowest and highest first); every rotation is one more
+Order debiasing (``debias.py``): with ``debias="canonical"`` a choice's options are shown in an
+order fixed by the option set (``canonical_order``), so the prompt does not depend on the order
+they were listed in. With ``debias="rotate"`` each choice question is also compiled under cyclic
+rotations of that canonical order (score: lowest and highest first); every rotation is one more
 suffix after the same shared prefix, with its labels mapped to the original options.
 
 Few-shot examples (the request's ``examples``): rendered after the system text and before the
@@ -35,8 +37,8 @@ example-major, questions in request order. The user turn is exactly a real promp
 listed); the assistant turn is the gold label as this label mode reads it (the name, the letter
 — also in mixture —, yes/no, the level's label). The examples are therefore part of the shared
 prefix, and of the ``checkpoints`` head, so the prefix cache reuses their KV across requests
-with the same examples and questions. With ``debias="rotate"`` the examples keep the listed
-order in every rotation (one shared prefix; only the real question is rotated).
+with the same examples and questions. With ``debias="canonical"`` or ``"rotate"`` the examples show
+the canonical order, in every rotation (one shared prefix; only the real question is rotated).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from .debias import MAX_ROTATIONS, Debias, question_orders
+from .debias import MAX_ROTATIONS, Debias, canonical_order, question_orders
 from .errors import ContextTooLongError, InvalidRequestError
 from .labels import LabelPaths, build_label_paths, spacing_variants, surface_variants
 from .letters import letter_labels
@@ -102,14 +104,14 @@ class CompiledRequest:
                                        # examples, full prefix)
     questions: tuple[CompiledQuestion, ...]
     label_mode: LabelMode              # as requested ("auto" resolves per question)
-    # debias="rotate": per question, its other option orders (empty tuples when off); the
-    # listed order is ``questions[i]`` itself
+    # debias="rotate": per question, its other option orders (empty tuples otherwise); the
+    # first order is ``questions[i]`` itself
     rotations: tuple[tuple[CompiledQuestion, ...], ...] = ()
     debias: Debias = "none"
 
     def units(self) -> list[tuple[int, int, CompiledQuestion]]:
         """Every prompt the engine reads: (question index, rotation index, compiled question);
-        rotation 0 is the question as listed."""
+        rotation 0 is the question in its first order (as listed, or canonical: debias.py)."""
         out = [(qi, 0, q) for qi, q in enumerate(self.questions)]
         for qi, rots in enumerate(self.rotations):
             out += [(qi, r, q) for r, q in enumerate(rots, start=1)]
@@ -217,6 +219,14 @@ def _question_block(q: Noul | Choice | Score, mode: QuestionLabels, order: Seque
     return "\n".join(lines), names, names, [[n] for n in names]
 
 
+def _canonical_base(q: Noul | Choice | Score, debias: Debias) -> list[int] | None:
+    """A choice's canonical shown order under ``canonical``/``rotate`` (``debias.canonical_order``:
+    by its options' descriptions, names where they have none); None: as listed."""
+    if not isinstance(q, Choice) or debias == "none":
+        return None
+    return canonical_order(list(q.criteria), [None if d is None else render_content(d) for d in q.criteria.values()])
+
+
 def _check_mixture(name: str, options: Sequence[str], labels: Sequence[str], verbalizers: Sequence[Sequence[str]]) -> None:
     """Refuse an option whose spoken name is another option's letter ("B" named at letter A):
     the model's "B" could mean either, and the mixture would count it for one at random."""
@@ -299,14 +309,14 @@ class Compiler:
         every request, whatever its questions (what the cross-request cache needs).
         """
         state_text = _state_block(request.state)
-        history = self._example_turns(request, label_mode)
-        reference, head_len, _ = self._tokens(state_text + QUESTION_HEAD, history)
         debias = request.debias or debias
-        prompts: list[list[_Prompt]] = []  # per question: its orders, the listed one first
+        history = self._example_turns(request, label_mode, debias)
+        reference, head_len, _ = self._tokens(state_text + QUESTION_HEAD, history)
+        prompts: list[list[_Prompt]] = []  # per question: its orders (debias.question_orders)
         for name, q in request.questions.items():
             mode = resolve_label_mode(q.type, label_mode)
             n = 2 if isinstance(q, Noul) else len(q.criteria)
-            orders = question_orders(q.type, n, debias, self.max_rotations)
+            orders = question_orders(q.type, n, debias, self.max_rotations, _canonical_base(q, debias))
             prompts.append([])
             for order in orders:
                 text, options, labels, verbalizers = _question_block(q, mode, order, self.wording)
@@ -322,13 +332,15 @@ class Compiler:
         compiled = [[self._question(p, len(prefix)) for p in orders] for orders in prompts]
         return CompiledRequest(prefix_ids=tuple(prefix), checkpoints=(head_len, len(prefix)),
                                questions=tuple(c[0] for c in compiled), label_mode=label_mode,
-                               rotations=tuple(tuple(c[1:]) for c in compiled) if debias != "none" else (),
+                               rotations=tuple(tuple(c[1:]) for c in compiled) if debias == "rotate" else (),
                                debias=debias)
 
-    def _example_turns(self, request: DecisionRequest, label_mode: LabelMode) -> list[tuple[str, str]]:
+    def _example_turns(self, request: DecisionRequest, label_mode: LabelMode,
+                       debias: Debias = "none") -> list[tuple[str, str]]:
         """The (user, assistant) turns of the request's examples: per example, per question it
         answers (in request order), the example's state block + the question block (options as
-        listed, the example's own instructions if it gives them) and the gold label."""
+        listed, or in the canonical order under ``canonical``/``rotate``; the example's own
+        instructions if it gives them) and the gold label."""
         turns: list[tuple[str, str]] = []
         for ex in request.examples or []:
             for name, q in request.questions.items():
@@ -337,7 +349,7 @@ class Compiler:
                 if ex.instructions and name in ex.instructions:
                     q = q.model_copy(update={"instructions": ex.instructions[name]})
                 mode = resolve_label_mode(q.type, label_mode)
-                text, options, labels, _ = _question_block(q, mode, None, self.wording)
+                text, options, labels, _ = _question_block(q, mode, _canonical_base(q, debias), self.wording)
                 label = labels[options.index(ex.answers[name])]  # schema checked the answer is an option
                 # plain templates read the label after "Answer:" (PLAIN_TEMPLATE); the example says so too
                 answer = label if self.template.is_chat else f"Answer: {label}"

@@ -9,7 +9,7 @@ are averaged:
 
     choice  orders = the cyclic rotations σ_s(i) = (i + s) mod n (shown position i holds option
             σ_s(i)), for k = min(n, max_rotations) shifts s_j = ⌊j·n/k⌋, j = 0..k−1 (evenly spaced;
-            s_0 = 0 is the order as listed). Every option visits k evenly spaced positions.
+            s_0 = 0: the canonical order, below). Every option visits k evenly spaced positions.
     score   orders = the levels lowest first, then highest first (2 prompts). A cyclic rotation
             would make the ordinal list non-monotone ("Levels (lowest first): high, low, medium")
             and change the question; reversal keeps it ordinal and still moves each level's
@@ -17,14 +17,24 @@ are averaged:
     noul    unchanged (yes/no are not listed as options).
 
     p̄(o) = (1/k) Σ_j p_j(o)            (p_j: the distribution of order j, in the original order)
-    flip rate = share of the orders j ≥ 1 whose argmax differs from order 0's (the listed order),
+    flip rate = share of the orders j ≥ 1 whose argmax differs from order 0's,
                 the definition of permutation.py, so the two numbers compare.
+
+``debias="canonical"`` asks a choice question once, its options shown in a canonical order: sorted
+by the SHA-256 of each option's description (its name when it has none; ties by name), so the
+prompt — and every probability — is a function of the option *set*, not of the order the caller
+listed it in, at no extra cost. It does not remove position bias; it makes it the same for every
+listing of the same options (the order is pseudo-random, uncorrelated with meaning, unlike an
+alphabetical one). ``rotate`` starts its rotations from the same canonical order, so it is exactly
+order-invariant too. A score's levels are ordered (their order is the question), so neither mode
+reorders them beyond rotate's reversal.
 
 Numpy only; the compiler renders the orders, the decider averages.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import get_args
 
@@ -61,13 +71,42 @@ def rotated_order(n: int, shift: int) -> list[int]:
     return [(i + shift) % n for i in range(n)]
 
 
-def question_orders(qtype: str, n: int, debias: Debias, max_rotations: int = MAX_ROTATIONS) -> list[list[int]]:
-    """The option orders one question is asked in (the first is always the order as listed).
+def canonical_order(names: Sequence[str], descriptions: Sequence[str | None] | None = None) -> list[int]:
+    """The canonical shown order of a choice's options: position i shows option order[i], the
+    options sorted by (sha256(description, else name), name). The same option set gives the same
+    order however it was listed.
+
+    >>> canonical_order(["a", "b", "c"]) == [["a", "b", "c"].index(x) for x in sorted("abc", key=_digest)]
+    True
+    >>> names = ["refund", "bug", "other"]
+    >>> [names[i] for i in canonical_order(names)] == [names[::-1][i] for i in canonical_order(names[::-1])]
+    True
+    """
+    descs = list(descriptions) if descriptions is not None else [None] * len(names)
+    if len(descs) != len(names):
+        raise ValueError(f"{len(names)} names but {len(descs)} descriptions")
+    keys = [(_digest(d if d is not None else n), n) for n, d in zip(names, descs)]
+    return sorted(range(len(names)), key=keys.__getitem__)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def question_orders(qtype: str, n: int, debias: Debias, max_rotations: int = MAX_ROTATIONS,
+                    base: Sequence[int] | None = None) -> list[list[int]]:
+    """The option orders one question is asked in. The first is the order as listed (``none``),
+    or ``base`` for a choice under ``canonical`` and ``rotate`` (``canonical_order``; the listed
+    order when not given); rotate's other orders are cyclic rotations of the first.
 
     >>> question_orders("choice", 3, "rotate"), question_orders("score", 3, "rotate")
     ([[0, 1, 2], [1, 2, 0], [2, 0, 1]], [[0, 1, 2], [2, 1, 0]])
     >>> question_orders("choice", 3, "none"), question_orders("noul", 2, "rotate")
     ([[0, 1, 2]], [[0, 1]])
+    >>> question_orders("choice", 3, "canonical", base=[2, 0, 1]), question_orders("score", 3, "canonical")
+    ([[2, 0, 1]], [[0, 1, 2]])
+    >>> question_orders("choice", 3, "rotate", base=[2, 0, 1])
+    [[2, 0, 1], [0, 1, 2], [1, 2, 0]]
     """
     if debias not in DEBIAS_MODES:
         raise ValueError(f"debias must be one of {', '.join(DEBIAS_MODES)}, got {debias!r}")
@@ -75,8 +114,13 @@ def question_orders(qtype: str, n: int, debias: Debias, max_rotations: int = MAX
     if debias == "none" or qtype == "noul" or n == 1:
         return [identity]
     if qtype == "score":
-        return [identity, identity[::-1]] if max_rotations >= 2 else [identity]
-    return [rotated_order(n, s) for s in rotation_shifts(n, max_rotations)]
+        return [identity, identity[::-1]] if debias == "rotate" and max_rotations >= 2 else [identity]
+    first = identity if base is None else list(base)
+    if sorted(first) != identity:
+        raise ValueError(f"base must be a permutation of 0..{n - 1}, got {first}")
+    if debias == "canonical":
+        return [first]
+    return [[first[i] for i in rotated_order(n, s)] for s in rotation_shifts(n, max_rotations)]
 
 
 def to_original(shown_probs: ArrayLike, order: Sequence[int]) -> np.ndarray:
@@ -126,6 +170,7 @@ __all__ = [
     "MAX_ROTATIONS",
     "Debias",
     "average",
+    "canonical_order",
     "flip_rate",
     "question_orders",
     "rotated_order",

@@ -34,6 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, model_validator
 
 from .readout import restricted_softmax
+from .schema import Debias
 
 __all__ = ["FittedHead", "FitReport", "HEAD_FORMAT", "LOG_FLOOR", "encode_array", "decode_array",
            "head_features"]
@@ -118,7 +119,7 @@ class FittedHead(BaseModel):
     prompt_sha256: str = Field(description="the question's prompt with a placeholder state (prompt_sha256)")
     rows_sha256: str = Field(description="the labelled rows fitted on (states, question texts, gold options)")
     labels: str = Field(description="label mode the question was read with (resolved)")
-    debias: Literal["none", "rotate"] = "none"
+    debias: Debias = "none"
     wording: str = "default"
     own_instructions: bool = Field(False, description="fitted on rows with their own question text: the prompt "
                                                       "identity holds a placeholder for the instructions")

@@ -165,7 +165,7 @@ Question = Annotated[Union[Noul, Choice, Score], Field(discriminator="type")]
 
 IMAGE_QUESTION_TYPES = frozenset({"box"})  # System One types that need an image: refused by name
 
-Debias = Literal["none", "rotate"]
+Debias = Literal["none", "canonical", "rotate"]
 Include = Literal["label_mass"]
 
 
@@ -202,8 +202,9 @@ class DecisionRequest(_Strict):
     """``POST /v1/systemone`` body. ``assets`` (images) are refused: this is a text-only engine.
 
     Three optional fields beyond System One's (absent: the answers are exactly System One's):
-    ``debias`` ("none" | "rotate", default: the server's / ``Decider``'s, itself "none") asks each
-    question under several option orders and averages (``debias.py``); ``include``
+    ``debias`` ("none" | "canonical" | "rotate", default: the server's / ``Decider``'s, itself
+    "none"): "canonical" shows a choice's options in an order fixed by the option set, "rotate" asks
+    each question under several option orders and averages (``debias.py``); ``include``
     (["label_mass"]) adds the named extra fields to each answer (docs/METHOD.md §7);
     ``examples`` (a list of ``Example``) shows labelled examples before the state (few-shot).
     """

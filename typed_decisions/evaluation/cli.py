@@ -20,6 +20,7 @@ from typing import Any
 
 from ..calibration import CalibrationFile, TypeCalibration
 from ..compiler import LABEL_MODES, resolve_label_mode
+from ..debias import DEBIAS_MODES
 from ..wording import WORDINGS
 from ..errors import InvalidRequestError, TypedDecisionsError
 from .datasets import get_spec, load_dataset, rows_for
@@ -112,8 +113,9 @@ def main_eval(argv: list[str]) -> int:
     p.add_argument("--calibration", type=Path, default=None, help="also report metrics after this calibration file")
     p.add_argument("--permutations", type=int, default=0, metavar="K",
                    help="re-ask each row under K option orders (choice questions): flip rate, TV")
-    p.add_argument("--debias", choices=["none", "rotate"], default="none",
-                   help="'rotate': each row's answer is the mean over rotations of the option order")
+    p.add_argument("--debias", choices=DEBIAS_MODES, default="none",
+                   help="'canonical': options shown in an order fixed by the option set; 'rotate': each row's "
+                        "answer is the mean over rotations of that order")
     p.add_argument("--label-mass", action="store_true",
                    help="read each row's label mass (one full-vocabulary product per row): items carry it, "
                         "and the report compares abstaining by it with abstaining by max p")

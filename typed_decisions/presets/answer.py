@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import reducers
 from ..compiler import LABEL_MODES, LabelMode, resolve_label_mode
+from ..debias import DEBIAS_MODES
 from ..errors import InvalidRequestError
 from ..fitted import FittedHead
 from ..reducers import DEFAULT_CONFIDENCE, ConfidenceKind
@@ -116,7 +117,7 @@ def prepare_preset(model: str, preset_name: str | Preset, state: Any,
     """Check the name and params, load the preset, build its wire request for ``model``.
 
     ``params``: ``label_mode`` ("auto" | "names" | "letters" | "mixture"), ``threshold`` (overrides
-    the preset's default), ``debias`` ("none" | "rotate": the wire request's own ``debias`` field),
+    the preset's default), ``debias`` ("none" | "canonical" | "rotate": the wire request's own ``debias`` field),
     ``calibration`` ("preset", the default: apply the preset's calibration for this model if it has
     one; "none": raw probabilities), ``fitted`` ("preset", the default: answer with the preset's
     fitted head for this model — a preset with heads for other models only is refused; "none": the
@@ -137,8 +138,9 @@ def prepare_preset(model: str, preset_name: str | Preset, state: Any,
     threshold = params.get("threshold")
     if threshold is not None and not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1):
         raise InvalidRequestError(f"params.threshold must be a number in [0, 1], got {threshold!r}", ("params", "threshold"))
-    if params.get("debias", "none") not in ("none", "rotate"):
-        raise InvalidRequestError(f"params.debias must be 'none' or 'rotate', got {params['debias']!r}",
+    if params.get("debias", "none") not in DEBIAS_MODES:
+        raise InvalidRequestError(f"params.debias must be one of {', '.join(map(repr, DEBIAS_MODES))}, "
+                                  f"got {params['debias']!r}",
                                   ("params", "debias"))
     for field in ("calibration", "fitted"):
         if params.get(field, "preset") not in ("preset", "none"):

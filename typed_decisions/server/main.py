@@ -49,7 +49,8 @@ def serve_parser() -> argparse.ArgumentParser:
                    help="ONNX Runtime intra-op threads (default: the cores this process may use)")
     p.add_argument("--labels", choices=LABEL_MODES, default=env("LABELS", "auto"))
     p.add_argument("--debias", choices=DEBIAS_MODES, default=env("DEBIAS", "none"),
-                   help="default for requests without a 'debias' field ('rotate': average over option orders)")
+                   help="default for requests without a 'debias' field ('canonical': a choice's options in an order "
+                        "fixed by the option set; 'rotate': averaged over rotations of that order)")
     p.add_argument("--wording", choices=list(WORDINGS), default=env("WORDING", "default"),
                    help="system prompt and question-block sentences by name (typed_decisions/wording.py)")
     p.add_argument("--max-prompt-tokens", type=int, default=env("MAX_PROMPT_TOKENS"),
