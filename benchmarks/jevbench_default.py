@@ -5,8 +5,10 @@ jevbench (PyPI, pinned in the test extra) runs unchanged through its own API aga
 Each readout is one full jevbench run on the same server:
 
 - ``default``: the request as jevbench sends it (the server's ``--debias`` default applies);
-- ``rotate``: the same requests with ``"debias": "rotate"`` added (docs/METHOD.md §6a: each choice
-  answer averaged over rotations of the option order), sent through ``jevbench.from_callable``.
+- ``canonical``: the same requests with ``"debias": "canonical"`` added (docs/METHOD.md §6a: a
+  choice's options shown in an order fixed by the option set; one prompt, as ``default``);
+- ``rotate``: the same requests with ``"debias": "rotate"`` added (each choice answer averaged over
+  rotations of that order; a score's over both directions), sent through ``jevbench.from_callable``.
 
 The default slice is jevbench-240's ``customer_support`` domain: 20 cases, every relation, 860
 requests per readout (hours on the 1.5B default model on 2 cores: run it on an idle machine, or
@@ -41,7 +43,7 @@ import httpx
 from benchmarks import harness
 
 TOOL = "jevbench"
-READOUTS = ("default", "rotate")
+READOUTS = ("default", "canonical", "rotate")
 
 
 def served_model(url: str, key: str | None) -> str:
@@ -85,7 +87,45 @@ def run_readout(model_backend: Any, args: argparse.Namespace) -> dict[str, Any]:
             "relations": s["relations"], "graded": s["graded"], "mean_repeat_noise": s.get("mean_repeat_noise"),
             "not_scored": s["excluded"], "incomplete": s.get("incomplete"), "cases": s["n_cases"],
             "requests": rep.result["requests"], "seconds": round(time.perf_counter() - t0, 1),
-            "errors": len(rep.errors), "table": rep.table("relation").splitlines()}
+            "errors": len(rep.errors), "outcomes": outcome_summary(rep.result["outcomes"], question_types(args.suite)),
+            "table": rep.table("relation").splitlines()}
+
+
+def question_types(suite: str) -> dict[tuple[str, str], str]:
+    """(case id, question key) -> question type, for a bundled suite's cases ({} for others)."""
+    import jevbench as jb
+
+    try:
+        cases = jb.load_suite(suite).cases
+    except Exception:  # a suite directory or name jevbench cannot load here: no split by type
+        return {}
+    return {(c.id, k): q["type"] for c in cases for k, q in c.questions.items()}
+
+
+def outcome_summary(outcomes: list[Any], types: dict[tuple[str, str], str],
+                    tolerance: float = 0.05) -> dict[str, dict[str, Any]]:
+    """Per relation, and per type of the question it targets: the checks, their mean deviation
+    (e.g. total variation), the share beyond jevbench's fixed tolerance and the argmax flips, from
+    jevbench's raw outcomes."""
+    def summary(os_: list[dict[str, Any]]) -> dict[str, Any]:
+        dev = [float(o["deviation"]) for o in os_]
+        flips = [bool(o["flip"]) for o in os_ if o.get("flip") is not None]
+        return {"checks": len(os_), "mean_deviation": round(sum(dev) / len(dev), 4),
+                "beyond_tolerance": round(sum(d > tolerance for d in dev) / len(dev), 4),
+                "flips": round(sum(flips) / len(flips), 4) if flips else None}
+
+    by: dict[str, list[dict[str, Any]]] = {}
+    for o in outcomes:
+        o = o if isinstance(o, dict) else vars(o)
+        by.setdefault(o["relation"], []).append(o)
+    out = {}
+    for rel, os_ in sorted(by.items()):
+        kinds: dict[str, list[dict[str, Any]]] = {}
+        for o in os_:
+            targets = list(o.get("targets") or [])
+            kinds.setdefault(types.get((o["case_id"], targets[0]), "?") if targets else "?", []).append(o)
+        out[rel] = {**summary(os_), "by_type": {k: summary(v) for k, v in sorted(kinds.items())}}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

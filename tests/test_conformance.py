@@ -208,3 +208,35 @@ def test_jevbench_slice(served: str, tmp_path: Path, capsys: pytest.CaptureFixtu
     assert noise < 1e-9, noise
     assert all(rep.relations[name] == 1.0 for name in BAT), rep.table("relation")
     assert worst(BAT) < 1e-4, worst(BAT)
+
+
+def test_jevbench_option_permutation_is_exact_with_canonical_order(served: str, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]):
+    """``"debias": "canonical"`` (debias.py): jevbench's option_permutation relation, run unchanged
+    with the field added to each request, finds every reordered choice answered exactly as listed
+    (the prompt is the same); a score's reversal is a different question and is only reported."""
+    examples = Path(jb.__file__).parent / "suites" / "examples" / "cases.jsonl"
+    (case,) = [json.loads(line) for line in examples.read_text(encoding="utf-8").splitlines() if line.strip()]
+    case["questions"] = {k: case["questions"][k] for k in ("primary_team", "urgency", "frustration")}
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps(case) + "\n", encoding="utf-8")
+    client = httpx.Client(timeout=300, headers={"Authorization": f"Bearer {KEY}"})
+
+    def ask(state: Any, questions: dict[str, Any]) -> dict[str, Any]:
+        r = client.post(served + "/v1/systemone",
+                        json={"model": "jev-latest", "state": state, "questions": questions, "debias": "canonical"})
+        r.raise_for_status()
+        return r.json()["answers"]
+
+    rep = jb.evaluate(jb.from_callable(ask, name="canonical"), cases=str(cases), relations=["option_permutation"],
+                      trials=3, cache=":memory:", min_n=1, bootstrap=0)
+    assert not rep.errors, rep.table("relation")
+    outs = rep.result["outcomes"]
+    choice = [o for o in outs if o["targets"][0] in ("primary_team", "urgency")]
+    score = [o for o in outs if o["targets"][0] == "frustration"]
+    with capsys.disabled():
+        print(f"\njevbench option_permutation with debias=canonical: choice {len(choice)} tests, largest TV "
+              f"{max(o['deviation'] for o in choice):.1e}; score (reversed levels) {len(score)} tests, "
+              f"mean TV {sum(o['deviation'] for o in score) / max(1, len(score)):.3f}")
+    assert len(choice) >= 2, rep.table("relation")
+    assert max(o["deviation"] for o in choice) < 1e-9, [(o["targets"], o["deviation"]) for o in choice]
