@@ -301,6 +301,33 @@ def test_canonical_prompts_do_not_depend_on_the_listed_order(parts, debias):
     assert len(plain) == 6
 
 
+@pytest.mark.parametrize("mode", ["letters", "mixture", "auto"])
+def test_canonical_shows_a_scale_and_its_reversal_alike(parts, mode):
+    """Under canonical, a score listed low→high and the same scale listed high→low (level numbers
+    reversed) compile to the same prompt, with no direction named; level k of one is level n-1-k
+    of the other, and each keeps its own numbering."""
+    _, _, comp = parts
+    levels = ["calm", "annoyed", "angry", "furious"]
+    up, down = (comp.compile(request(s={"type": "score", "instructions": "How upset?", "criteria": crit})
+                             .model_copy(update={"debias": "canonical"}), label_mode=mode).questions[0]
+                for crit in (levels, levels[::-1]))
+    assert up.suffix_ids == down.suffix_ids and "Levels:\n" in up.question_text
+    assert "lowest" not in up.question_text and "highest" not in up.question_text
+    assert up.options == down.options == ("0", "1", "2", "3")
+    assert [up.labels[k] for k in range(4)] == [down.labels[3 - k] for k in range(4)]
+    plain = [comp.compile(request(s={"type": "score", "instructions": "How upset?", "criteria": crit}),
+                          label_mode=mode).questions[0].suffix_ids for crit in (levels, levels[::-1])]
+    assert plain[0] != plain[1]  # as listed, the two differ: the test could fail
+
+
+def test_canonical_keeps_a_scale_as_listed_when_its_labels_are_level_numbers(parts):
+    _, _, comp = parts
+    q = {"type": "score", "criteria": ["high", "medium", "low"]}
+    c = comp.compile(request(s=q).model_copy(update={"debias": "canonical"}), label_mode="names").questions[0]
+    assert c.order == () and "Levels (lowest first):" in c.question_text
+    assert c.suffix_ids == comp.compile(request(s=q), label_mode="names").questions[0].suffix_ids
+
+
 def test_canonical_orders_by_description_so_renamed_options_keep_their_places(parts):
     """canonical_order sorts by description (name when there is none): options renamed with their
     descriptions kept are shown at the same positions."""

@@ -10,6 +10,7 @@ import pytest
 from typed_decisions.debias import (
     MAX_ROTATIONS,
     average,
+    canonical_direction,
     canonical_order,
     flip_rate,
     question_orders,
@@ -93,12 +94,21 @@ def test_canonical_order_sorts_by_the_description_digest_then_the_name():
         canonical_order(["a", "b"], ["x"])
 
 
+@pytest.mark.parametrize("levels", [["low", "mid", "high"], ["a", "b"], ["x", "y", "x"], ["no", "some", "many", "all"]])
+def test_canonical_direction_is_the_same_for_a_scale_and_its_reversal(levels):
+    up, down = canonical_direction(levels), canonical_direction(levels[::-1])
+    assert up in (list(range(len(levels))), list(range(len(levels)))[::-1])
+    assert [levels[i] for i in up] == [levels[::-1][i] for i in down]
+
+
 def test_canonical_and_rotate_start_from_the_base_order():
     base = [2, 0, 3, 1]
     assert question_orders("choice", 4, "canonical", base=base) == [base]
     rot = question_orders("choice", 4, "rotate", base=base)
     assert rot[0] == base and rot[1] == [0, 3, 1, 2] and len(rot) == 4
-    assert question_orders("score", 3, "canonical") == [[0, 1, 2]]  # levels are ordered: as listed
+    assert question_orders("score", 3, "canonical") == [[0, 1, 2]]  # no base (names mode): as listed
+    assert question_orders("score", 3, "canonical", base=[2, 1, 0]) == [[2, 1, 0]]
+    assert question_orders("score", 3, "rotate", base=[2, 1, 0]) == [[0, 1, 2], [2, 1, 0]]
     assert question_orders("choice", 4, "none", base=base) == [[0, 1, 2, 3]]
     with pytest.raises(ValueError, match="base must be a permutation"):
         question_orders("choice", 3, "canonical", base=[0, 0, 1])

@@ -88,6 +88,21 @@ def test_canonical_answers_every_listing_as_the_canonical_request(tiny_decider, 
         np.testing.assert_allclose(got, [want[n] for n in listed], atol=1e-6)
         answer = tiny_decider.run(body, label_mode=mode).answers["team"]
         assert list(answer.probabilities) == listed  # the caller's order, whatever was shown
+    e = tiny_decider.explain(body, label_mode=mode)
+    (shown_order,) = e.questions["team"].debias.rotations
+    assert e.questions["team"].debias.mode == "canonical" and shown_order.order == list(shown)
+    assert f"debias canonical: shown as {' > '.join(shown)}" in render_text(e)
+
+
+def test_canonical_answers_a_reversed_scale_as_the_scale(tiny_decider):
+    """A scale listed high→low gets, level for level, the answer of the same scale listed low→high."""
+    body = lambda levels: {"model": "m", "state": STATES[0], "debias": "canonical",  # noqa: E731
+                           "questions": {"sev": {**SEV, "criteria": levels}}}
+    up = tiny_decider.probabilities(body(SEV["criteria"]))["sev"]
+    down = tiny_decider.probabilities(body(SEV["criteria"][::-1]))["sev"]
+    np.testing.assert_allclose(down[::-1], up, atol=1e-9)
+    plain = [tiny_decider.probabilities({**body(c), "debias": "none"})["sev"] for c in (SEV["criteria"], SEV["criteria"][::-1])]
+    assert np.abs(plain[1][::-1] - plain[0]).max() > 1e-3  # as listed they differ: the test could fail
 
 
 def test_label_mass_equals_the_full_softmax(tiny_decider, tiny_torch):

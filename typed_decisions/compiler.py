@@ -25,8 +25,9 @@ Label modes:
   (``AUTO_LABELS``: names for choice, letters for score).
 
 Order debiasing (``debias.py``): with ``debias="canonical"`` a choice's options are shown in an
-order fixed by the option set (``canonical_order``), so the prompt does not depend on the order
-they were listed in. With ``debias="rotate"`` each choice question is also compiled under cyclic
+order fixed by the option set (``canonical_order``), and in the letter modes a score's levels in a
+direction fixed by the scale (``canonical_direction``, header "Levels:"), so the prompt does not
+depend on the order they were listed in. With ``debias="rotate"`` each choice question is also compiled under cyclic
 rotations of that canonical order (score: lowest and highest first); every rotation is one more
 suffix after the same shared prefix, with its labels mapped to the original options.
 
@@ -47,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from .debias import MAX_ROTATIONS, Debias, canonical_order, question_orders
+from .debias import MAX_ROTATIONS, Debias, canonical_direction, canonical_order, question_orders
 from .errors import ContextTooLongError, InvalidRequestError
 from .labels import LabelPaths, build_label_paths, spacing_variants, surface_variants
 from .letters import letter_labels
@@ -147,11 +148,14 @@ def _state_block(state: Content) -> str:
 
 
 def _question_block(q: Noul | Choice | Score, mode: QuestionLabels, order: Sequence[int] | None = None,
-                    wording: Wording = WORDINGS[DEFAULT_WORDING]) -> tuple[str, list[str], list[str], list[list[str]]]:
+                    wording: Wording = WORDINGS[DEFAULT_WORDING],
+                    directed: bool = True) -> tuple[str, list[str], list[str], list[list[str]]]:
     """(question text, option names, labels, verbalizers per option), options in the listed order.
 
     ``order`` (debias): shown position i lists option ``order[i]``; the labels of the letter modes
     follow the shown position, so option j's label is the one of the position it is shown at.
+    ``directed``: a score's header says which end comes first (False: "Levels:", for a scale
+    shown in its canonical direction, debias.canonical_direction).
     """
     lines: list[str] = []
     if isinstance(q, Noul):
@@ -180,7 +184,8 @@ def _question_block(q: Noul | Choice | Score, mode: QuestionLabels, order: Seque
     if isinstance(q, Choice):
         header = "Options:"
     else:
-        header = ("Levels (lowest first):" if shown == sorted(shown) else
+        header = ("Levels:" if not directed else
+                  "Levels (lowest first):" if shown == sorted(shown) else
                   "Levels (highest first):" if shown == sorted(shown, reverse=True) else "Levels:")
 
     if mode in ("letters", "mixture"):
@@ -219,12 +224,20 @@ def _question_block(q: Noul | Choice | Score, mode: QuestionLabels, order: Seque
     return "\n".join(lines), names, names, [[n] for n in names]
 
 
-def _canonical_base(q: Noul | Choice | Score, debias: Debias) -> list[int] | None:
-    """A choice's canonical shown order under ``canonical``/``rotate`` (``debias.canonical_order``:
-    by its options' descriptions, names where they have none); None: as listed."""
-    if not isinstance(q, Choice) or debias == "none":
-        return None
-    return canonical_order(list(q.criteria), [None if d is None else render_content(d) for d in q.criteria.values()])
+def _canonical_base(q: Noul | Choice | Score, debias: Debias, mode: QuestionLabels) -> list[int] | None:
+    """The first shown order, when it is canonical (debias.py): a choice's under ``canonical`` and
+    ``rotate`` (``canonical_order``: by its options' descriptions, names where they have none); a
+    score's under ``canonical`` in the letter modes (``canonical_direction``). None: as listed."""
+    if isinstance(q, Choice) and debias != "none":
+        return canonical_order(list(q.criteria), [None if d is None else render_content(d) for d in q.criteria.values()])
+    if isinstance(q, Score) and debias == "canonical" and mode in ("letters", "mixture"):
+        return canonical_direction([render_content(d) for d in q.criteria])
+    return None
+
+
+def _directed(q: Noul | Choice | Score, debias: Debias, base: Sequence[int] | None) -> bool:
+    """Whether a score's header names its direction: not when it is shown in its canonical direction."""
+    return not (isinstance(q, Score) and debias == "canonical" and base is not None)
 
 
 def _check_mixture(name: str, options: Sequence[str], labels: Sequence[str], verbalizers: Sequence[Sequence[str]]) -> None:
@@ -316,10 +329,12 @@ class Compiler:
         for name, q in request.questions.items():
             mode = resolve_label_mode(q.type, label_mode)
             n = 2 if isinstance(q, Noul) else len(q.criteria)
-            orders = question_orders(q.type, n, debias, self.max_rotations, _canonical_base(q, debias))
+            base = _canonical_base(q, debias, mode)
+            orders = question_orders(q.type, n, debias, self.max_rotations, base)
             prompts.append([])
             for order in orders:
-                text, options, labels, verbalizers = _question_block(q, mode, order, self.wording)
+                text, options, labels, verbalizers = _question_block(q, mode, order, self.wording,
+                                                                     directed=_directed(q, debias, base))
                 if mode == "mixture":
                     _check_mixture(name, options, labels, verbalizers)
                 ids, _, segments = self._tokens(state_text + text, history)
@@ -349,7 +364,8 @@ class Compiler:
                 if ex.instructions and name in ex.instructions:
                     q = q.model_copy(update={"instructions": ex.instructions[name]})
                 mode = resolve_label_mode(q.type, label_mode)
-                text, options, labels, _ = _question_block(q, mode, _canonical_base(q, debias), self.wording)
+                base = _canonical_base(q, debias, mode)
+                text, options, labels, _ = _question_block(q, mode, base, self.wording, directed=_directed(q, debias, base))
                 label = labels[options.index(ex.answers[name])]  # schema checked the answer is an option
                 # plain templates read the label after "Answer:" (PLAIN_TEMPLATE); the example says so too
                 answer = label if self.template.is_chat else f"Answer: {label}"

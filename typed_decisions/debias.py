@@ -26,8 +26,10 @@ prompt — and every probability — is a function of the option *set*, not of t
 listed it in, at no extra cost. It does not remove position bias; it makes it the same for every
 listing of the same options (the order is pseudo-random, uncorrelated with meaning, unlike an
 alphabetical one). ``rotate`` starts its rotations from the same canonical order, so it is exactly
-order-invariant too. A score's levels are ordered (their order is the question), so neither mode
-reorders them beyond rotate's reversal.
+order-invariant too. A score's levels are ordered, so ``canonical`` shows them in one of their two
+directions (``canonical_direction``: the same for a scale and its reversal) under a header that
+names no direction ("Levels:"), in the letter label modes, where the labels carry no level
+number; in ``names`` mode the labels are the level numbers, so the scale is shown as listed.
 
 Numpy only; the compiler renders the orders, the decider averages.
 """
@@ -89,6 +91,20 @@ def canonical_order(names: Sequence[str], descriptions: Sequence[str | None] | N
     return sorted(range(len(names)), key=keys.__getitem__)
 
 
+def canonical_direction(descriptions: Sequence[str]) -> list[int]:
+    """A score's canonical shown order in the letter label modes: its levels as listed or reversed,
+    whichever lists the SHA-256 digests of their descriptions in the smaller sequence, so a scale
+    and its reversal are shown alike (the compiler then names no direction: "Levels:").
+
+    >>> a, b = canonical_direction(["low", "mid", "high"]), canonical_direction(["high", "mid", "low"])
+    >>> [["low", "mid", "high"][i] for i in a] == [["high", "mid", "low"][i] for i in b]
+    True
+    """
+    digests = [_digest(d) for d in descriptions]
+    forward = list(range(len(digests)))
+    return forward if digests <= digests[::-1] else forward[::-1]
+
+
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -96,15 +112,16 @@ def _digest(text: str) -> str:
 def question_orders(qtype: str, n: int, debias: Debias, max_rotations: int = MAX_ROTATIONS,
                     base: Sequence[int] | None = None) -> list[list[int]]:
     """The option orders one question is asked in. The first is the order as listed (``none``),
-    or ``base`` for a choice under ``canonical`` and ``rotate`` (``canonical_order``; the listed
-    order when not given); rotate's other orders are cyclic rotations of the first.
+    or ``base`` under ``canonical`` (a choice's ``canonical_order``, a score's
+    ``canonical_direction``; the listed order when not given) and for a choice under ``rotate``,
+    whose other orders are cyclic rotations of the first (a score's: its reversal).
 
     >>> question_orders("choice", 3, "rotate"), question_orders("score", 3, "rotate")
     ([[0, 1, 2], [1, 2, 0], [2, 0, 1]], [[0, 1, 2], [2, 1, 0]])
     >>> question_orders("choice", 3, "none"), question_orders("noul", 2, "rotate")
     ([[0, 1, 2]], [[0, 1]])
-    >>> question_orders("choice", 3, "canonical", base=[2, 0, 1]), question_orders("score", 3, "canonical")
-    ([[2, 0, 1]], [[0, 1, 2]])
+    >>> question_orders("choice", 3, "canonical", base=[2, 0, 1]), question_orders("score", 3, "canonical", base=[2, 1, 0])
+    ([[2, 0, 1]], [[2, 1, 0]])
     >>> question_orders("choice", 3, "rotate", base=[2, 0, 1])
     [[2, 0, 1], [0, 1, 2], [1, 2, 0]]
     """
@@ -113,13 +130,13 @@ def question_orders(qtype: str, n: int, debias: Debias, max_rotations: int = MAX
     identity = list(range(n))
     if debias == "none" or qtype == "noul" or n == 1:
         return [identity]
-    if qtype == "score":
-        return [identity, identity[::-1]] if debias == "rotate" and max_rotations >= 2 else [identity]
     first = identity if base is None else list(base)
     if sorted(first) != identity:
         raise ValueError(f"base must be a permutation of 0..{n - 1}, got {first}")
     if debias == "canonical":
         return [first]
+    if qtype == "score":  # rotate: both directions of the listed scale
+        return [identity, identity[::-1]] if max_rotations >= 2 else [identity]
     return [[first[i] for i in rotated_order(n, s)] for s in rotation_shifts(n, max_rotations)]
 
 
@@ -170,6 +187,7 @@ __all__ = [
     "MAX_ROTATIONS",
     "Debias",
     "average",
+    "canonical_direction",
     "canonical_order",
     "flip_rate",
     "question_orders",

@@ -242,7 +242,7 @@ class Decider:
             answer = self._answer(r, cf.get(q.name) if cf else None,
                                   with_mass=bool(req.include and "label_mass" in req.include), head=head)
             questions[q.name] = explain_question(r, answer, req.questions[q.name], token,
-                                                  self.tokenizer.decode, self.confidence_kind)
+                                                  self.tokenizer.decode, self.confidence_kind, comp.debias)
             if head is not None:
                 questions[q.name].fitted = explain_head(head, r)
         answers = {name: qe.answer for name, qe in questions.items()}

@@ -95,9 +95,9 @@ class RotationExplanation(BaseModel):
 
 class DebiasExplanation(BaseModel):
     mode: str
-    rotations: list[RotationExplanation] = Field(description="the order as listed first")
+    rotations: list[RotationExplanation] = Field(description="the orders shown, the first (canonical) one first")
     probabilities: dict[str, float] = Field(description="the mean over the orders: what the answer uses")
-    flip_rate: float = Field(description="share of the other orders whose top option differs from the listed order's")
+    flip_rate: float = Field(description="share of the other orders whose top option differs from the first order's")
 
 
 class FittedExplanation(BaseModel):
@@ -221,10 +221,13 @@ def render_text(e: Explanation, *, max_prompt_chars: int = 4000) -> str:
         if q.label_mass is not None:
             lines.append(f"  label mass: {q.label_mass:.3f} of the full softmax on the allowed first tokens")
         if q.debias is not None:
-            lines.append(f"  debias {q.debias.mode}: {len(q.debias.rotations)} orders, flip rate {q.debias.flip_rate:.2f}")
-            for rot in q.debias.rotations:
-                probs = " ".join(f"{o}={p:.3f}" for o, p in rot.probabilities.items())
-                lines.append(f"    {' > '.join(rot.order)[:60]}: {probs[:80]}")
+            if q.debias.mode == "canonical":
+                lines.append(f"  debias canonical: shown as {' > '.join(q.debias.rotations[0].order)[:60]}")
+            else:
+                lines.append(f"  debias {q.debias.mode}: {len(q.debias.rotations)} orders, flip rate {q.debias.flip_rate:.2f}")
+                for rot in q.debias.rotations:
+                    probs = " ".join(f"{o}={p:.3f}" for o, p in rot.probabilities.items())
+                    lines.append(f"    {' > '.join(rot.order)[:60]}: {probs[:80]}")
         if q.fitted is not None:
             f = q.fitted
             lines.append(f"  fitted head {f.head} ({f.rows} rows): zero-shot → fitted")
@@ -246,7 +249,8 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
 
 
 def explain_question(r: Readout, answer: Answer, question: Question, token: Callable[[int], str],
-                      decode: Callable[[list[int]], str], confidence: ConfidenceKind) -> QuestionExplanation:
+                      decode: Callable[[list[int]], str], confidence: ConfidenceKind,
+                      debias: str = "none") -> QuestionExplanation:
     """One question's part of ``Decider.explain``: options with their label paths, the trie nodes."""
     q, trie = r.question, r.trie
     logit_at = {u: dict(zip(trie.children[u], map(float, z))) for u, z in r.node_logits.items()}
@@ -277,11 +281,11 @@ def explain_question(r: Readout, answer: Answer, question: Question, token: Call
                       logits=[float(x) for x in r.node_logits[u]] if u in r.node_logits else None)
              for u, kids in trie.internal_nodes()]
     dropped = [DroppedText(option=q.options[d.option], text=d.text, reason=d.reason) for d in q.label_paths.dropped]
-    debias = None
-    if r.rotations:
+    orders = None
+    if r.rotations or (debias == "canonical" and q.type == "choice"):  # canonical: its one shown order
         dists = r.rotation_probabilities()
-        debias = DebiasExplanation(
-            mode="rotate",
+        orders = DebiasExplanation(
+            mode=debias,
             rotations=[RotationExplanation(
                 order=[q.options[j] for j in (rq.question.order or range(len(q.options)))],
                 suffix_tokens=len(rq.question.suffix_ids),
@@ -293,7 +297,7 @@ def explain_question(r: Readout, answer: Answer, question: Question, token: Call
         type=q.type, label_mode=q.label_mode, question_text=q.question_text,
         suffix_tokens=len(q.suffix_ids), options=options, nodes=nodes, answer=answer,
         confidence_meaning=None if q.type == "noul" else CONFIDENCE_MEANING[confidence],
-        dropped_verbalizers=dropped, label_mass=r.mean_label_mass(), debias=debias)
+        dropped_verbalizers=dropped, label_mass=r.mean_label_mass(), debias=orders)
 
 
 def explain_head(head: FittedHead, r: Readout) -> FittedExplanation:
