@@ -188,3 +188,26 @@ def test_fit_command_writes_a_preset_that_presets_answer_uses(tiny_model_dir, tm
     assert main(["fit", "--model", str(tiny_model_dir), "--data", str(rows), "--spec", str(spec), "--out", str(bad),
                  "-q"]) == 2
     assert "row 15: gold label 'legal' is not an option" in capsys.readouterr().err and not bad.exists()
+
+
+def test_rotations_under_canonical_order_are_refused(tiny_decider):
+    """Under debias='canonical' every listing is shown alike, so R rotations would read R copies."""
+    with pytest.raises(ValueError, match="rotations=3 .*debias='canonical'.*rotations=1"):
+        tiny_decider.fit(TEAM, ROWS, rotations=3, debias="canonical", components=16)
+
+
+def test_a_head_fitted_under_canonical_order_answers_every_listing_alike(tiny_decider):
+    """#31's option-order invariance for fitted choice questions, exactly: under debias='canonical'
+    every listing of the options is one prompt, so one hidden state, so one fitted answer."""
+    head = tiny_decider.fit(TEAM, ROWS, debias="canonical", components=16)
+    names = list(TEAM["criteria"])
+    answers = []
+    for order in ([0, 1, 2], [2, 0, 1], [1, 2, 0], [2, 1, 0]):
+        listed = {**TEAM, "criteria": {names[j]: TEAM["criteria"][names[j]] for j in order}}
+        body = {**_request(tiny_decider, question=listed), "debias": "canonical"}
+        (r,) = tiny_decider.run_many([body], heads=[{"team": head}])
+        a = r.answers["team"]
+        assert a.calibration.startswith(f"fitted head {head.id}") and list(a.probabilities) == [names[j] for j in order]
+        answers.append({n: a.probabilities[n] for n in names})
+    for other in answers[1:]:
+        assert max(abs(other[n] - answers[0][n]) for n in names) < 1e-9

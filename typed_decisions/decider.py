@@ -340,6 +340,9 @@ class Decider:
         n_orders = rotations if q.type == "choice" else 1
         if n_orders < 1:
             raise ValueError(f"rotations must be >= 1, got {rotations}")
+        if n_orders > 1 and (debias or self.debias) == "canonical":
+            raise ValueError(f"rotations={rotations} would read each row {rotations} times the same prompt: under "
+                             "debias='canonical' the options are shown in one order whatever the listing; use rotations=1")
         hidden, probs, groups = self.features(q, rows, rotations=n_orders, label_mode=label_mode, debias=debias,
                                               examples=examples, batch=batch, progress=progress)
         y = np.repeat(np.asarray(gold), n_orders)
