@@ -1,5 +1,5 @@
 """What the request-side levers of issue #14 cost on one export: label modes (names, letters,
-mixture), ``debias="rotate"`` and the label mass, per request, from a cold prefix cache.
+mixture), ``debias="canonical"`` and ``"rotate"`` and the label mass, per request, from a cold prefix cache.
 
 For each setting and each of ``--states`` distinct short states, one request with a 4-option choice
 question and a 3-level score question is answered with the prefix cache cleared first (so the
@@ -39,7 +39,8 @@ QUESTIONS = {
                  "criteria": ["low", "medium", "high"]},
 }
 SETTINGS = [("names", "none", False), ("letters", "none", False), ("mixture", "none", False),
-            ("letters", "rotate", False), ("mixture", "rotate", False), ("auto", "none", True)]
+            ("letters", "rotate", False), ("mixture", "rotate", False), ("auto", "none", True),
+            ("auto", "none", False), ("auto", "canonical", False), ("auto", "rotate", False)]
 
 
 def main(argv: list[str] | None = None) -> None:
