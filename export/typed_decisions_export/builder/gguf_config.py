@@ -3,7 +3,9 @@
 transformers (`modeling_gguf_pytorch_utils.load_gguf_checkpoint`, the table in
 `integrations/ggml.py`) renames a few `<arch>.*` keys to config attributes, sets
 `tie_word_embeddings` when the file has no `output.weight`, takes `vocab_size` from the token list
-when the metadata has none, and leaves everything else to the config class's defaults. This module
+when the metadata has none, renames a few architectures' model_type (`gemma3` -> `gemma3_text`), and
+leaves everything else to the config class's defaults, even where llama.cpp wrote the fact (a Gemma
+3's soft-cap or rope scaling, a Phi-3's rope dimensions: docs/export.md "GGUF sources"). This module
 does the same for the architectures the builder reads from GGUF (`KEYS`), with the gguf package's
 own reader, and asks transformers' config class only for those defaults (`AutoConfig.for_model`),
 so the builder sees the config the traced path sees (tests/export/test_builder_gguf.py holds the
