@@ -5,14 +5,17 @@ Oracles:
   model, torch.onnx traces that): the builder's graph must equal it within 1e-5 of the row's scale
   (prefill, cached step, tree mask), and the Decider's answers from both directories within 1e-5.
   Files: the catalogue's `tiny` (SmolLM2-135M, llama arch: llama.cpp's q/k permutation, tied
-  embeddings, Q4_1 + Q8_0), and tiny random Qwen2 (q/k/v biases, GQA, tied) and Llama (untied, q/k
-  permuted here as llama.cpp permutes them) written by tiny_gguf.py in Q8_0, Q4_1, F16 and F32;
+  embeddings, Q4_1 + Q8_0), and tiny random Qwen2 (q/k/v biases, GQA, tied), Llama (untied, q/k
+  permuted here as llama.cpp permutes them), Gemma 3 (6 layers: five sliding with window 8 and the
+  local RoPE base, then a full one; norm weights stored as w + 1; one KV head) and Phi-3 (fused
+  qkv and gate_up, untied) written by tiny_gguf.py in Q8_0, Q4_1, F16 and F32;
 - transformers' own GGUF config (AutoConfig with gguf_file) for the metadata reading;
 - transformers' LlamaTensorProcessor and llama.cpp's permute for the un-permutation.
 
 Mutations (a swapped RoPE half, queries grouped onto the wrong KV heads, Qwen2's q/k/v biases left
-out, Gemma's logit soft-cap left out of the manifest, a full-export weight that differs from the
-checked prefix) must each make the bounded self-check fail.
+out, Gemma's logit soft-cap left out of the manifest, a Gemma 3 GGUF's norm weights read without
+undoing llama.cpp's + 1, a full-export weight that differs from the checked prefix) must each make
+the bounded self-check fail.
 """
 
 from __future__ import annotations
@@ -38,12 +41,16 @@ from tiny_gguf import write_gguf
 from tiny_models import save_tiny_model
 from typed_decisions_export import SelfCheckError, export_model
 from typed_decisions_export.builder import BuilderError, WeightError, open_source
+from typed_decisions_export.builder import gguf_weights
 from typed_decisions_export.builder import ops as builder_ops
 from typed_decisions_export.builder.gguf_weights import unpermute
 from typed_decisions_export.builder_choice import choose_builder
 from typed_decisions_export.prefix_check import prefix_layers, weights_differing
 
-GGUF_ARCHES = ["qwen2", "llama"]
+GGUF_ARCHES = ["qwen2", "llama", "gemma3", "phi3"]
+# A GGUF carries no layer_types (transformers derives them: every 6th Gemma 3 layer is full), so the
+# tiny Gemma 3 file has 6 layers, the last one full: its RoPE base is the file's, the others' the local one.
+GGUF_OVERRIDES = {"gemma3": {"num_hidden_layers": 6, "layer_types": None}}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +59,8 @@ def tiny_ggufs(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_gguf")
 
     def make(arch):
-        folder = save_tiny_model(arch, root / arch, spread_vectors=True, vocab_from_tokenizer=True)
+        folder = save_tiny_model(arch, root / arch, spread_vectors=True, vocab_from_tokenizer=True,
+                                 config_overrides=GGUF_OVERRIDES.get(arch))
         return write_gguf(folder, root / f"{arch}.gguf")
 
     return Lazy(make)
@@ -87,7 +95,9 @@ def _assert_same_export(pair):
     assert bman["self_check"]["passed"] and tman["self_check"]["passed"]
     assert bman["self_check"]["prefix"]["weights_differing"] == []
     errors = compare_graphs(bdir / "model.onnx", tdir / "model.onnx")
-    assert set(errors) == {"prefill", "cached_step", "tree"}
+    print(f"\n{bdir.parent.name}: builder vs traced graph, max scale-aware error {errors} (TOL {TOL})")
+    assert set(errors) == ({"prefill", "cached_step", "tree"} if bman["attention_mask"] == "4d"  # 2-D: sliding windows
+                           else {"prefill", "cached_step", "left_padded"})
     assert max(errors.values()) <= TOL, errors
     for key in ("format_version", "architecture", "attention_mask", "lm_head", "tokenizer", "dtype", "opset", "source"):
         assert bman[key] == tman[key], key
@@ -104,6 +114,8 @@ def _assert_same_answers(pair):
     ref = np.stack([vector(r) for r in traced.run_many(requests, use_cache=False)])
     alone = np.stack([vector(built.run(r)) for r in requests])
     batched = np.stack([vector(r) for r in built.run_many(requests, use_cache=False)])
+    print(f"Decider max |p_builder - p_traced|: alone {np.abs(alone - ref).max():.2e}, batched "
+          f"{np.abs(batched - ref).max():.2e} (TOL {TOL})")
     assert np.abs(alone - ref).max() <= TOL and np.abs(batched - ref).max() <= TOL
     return ref
 
@@ -127,10 +139,14 @@ def test_smollm2_gguf_builder_equals_traced(smollm2_pair):
 FAMILY_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_parameters", "tie_word_embeddings",
                "vocab_size", "sliding_window", "use_sliding_window", "max_window_layers", "attention_bias",
-               "mlp_bias", "max_position_embeddings", "layer_types")
+               "mlp_bias", "max_position_embeddings", "layer_types",
+               # Gemma 3 and Phi-3
+               "query_pre_attn_scalar", "final_logit_softcapping", "attn_logit_softcapping",
+               "use_bidirectional_attention", "hidden_activation", "partial_rotary_factor",
+               "original_max_position_embeddings", "rope_scaling")
 
 
-@pytest.mark.parametrize("which", ["qwen2", "llama", "smollm2"])
+@pytest.mark.parametrize("which", ["qwen2", "llama", "gemma3", "phi3", "smollm2"])
 def test_gguf_config_equals_transformers(tiny_ggufs, smollm2_gguf, which):
     from transformers import AutoConfig
 
@@ -139,6 +155,26 @@ def test_gguf_config_equals_transformers(tiny_ggufs, smollm2_gguf, which):
     ref = AutoConfig.from_pretrained(path.parent, gguf_file=path.name).to_dict()
     for key in FAMILY_KEYS:
         assert ours.get(key) == ref.get(key), key
+    if which == "gemma3":  # the file's layout reached the config: a window, a full 6th layer, head_dim 32
+        assert ours["model_type"] == "gemma3_text" and ours["sliding_window"] == 8 and ours["head_dim"] == 32
+        assert ours["layer_types"] == ["sliding_attention"] * 5 + ["full_attention"]
+
+
+def test_gguf_keys_transformers_does_not_read(tiny_ggufs):
+    """llama.cpp writes a Gemma 3's final_logit_softcapping and a Phi-3's rope dimension count and
+    window; transformers' GGUF loader reads none of them (its GGUF_CONFIG_MAPPING), so the traced
+    path, and the builder with it, take the config class's defaults. If transformers starts reading
+    one, test_gguf_config_equals_transformers fails until gguf_config.KEYS reads it too."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+    from typed_decisions_export.builder.gguf_config import KEYS
+    from typed_decisions_export.builder.gguf_reader import field, open_reader
+
+    gemma, phi = open_reader(tiny_ggufs["gemma3"]), open_reader(tiny_ggufs["phi3"])
+    assert field(gemma, "gemma3.final_logit_softcapping") == 30.0
+    assert open_source("gguf", tiny_ggufs["gemma3"]).config["final_logit_softcapping"] is None
+    assert field(phi, "phi3.rope.dimension_count") == 16 and field(phi, "phi3.attention.sliding_window") == 0
+    for arch in KEYS:  # KEYS holds exactly the keys transformers renames to a config attribute
+        assert KEYS[arch] == {k: v for k, v in GGUF_CONFIG_MAPPING[arch].items() if v is not None}
 
 
 def test_unpermute_inverts_llama_cpp_and_equals_transformers():
@@ -239,7 +275,7 @@ def _without_softcap(real):
 @pytest.mark.parametrize("source", ["folder", "gguf"])
 def test_bounded_self_check_fails_a_wrong_graph(folders, tiny_ggufs, tmp_path, monkeypatch, mutation, source):
     if source == "gguf" and mutation == "softcap_missing":
-        pytest.skip("no Gemma GGUF among the builder's GGUF architectures")
+        pytest.skip("transformers reads no soft-cap from a Gemma 3 GGUF (test_gguf_keys_transformers_does_not_read)")
     arch = "gemma3" if mutation == "softcap_missing" else "qwen2"  # qwen2: GQA 4 on 2, q/k/v biases, RoPE
     src = tiny_ggufs[arch] if source == "gguf" else folders[arch]
     if mutation == "rope_half_swapped":
@@ -255,6 +291,15 @@ def test_bounded_self_check_fails_a_wrong_graph(folders, tiny_ggufs, tmp_path, m
         export_model(src, tmp_path / "bad", progress=False, builder="on")
     assert not (tmp_path / "bad" / "manifest.json").exists()
     assert not list((tmp_path / "bad").glob(".selfcheck-*"))  # the scratch prefix is gone
+
+
+def test_bounded_self_check_fails_gemma_norms_left_shifted(tiny_ggufs, tmp_path, monkeypatch):
+    """A Gemma 3 GGUF's norm weights read as llama.cpp stores them (w + 1, not undone): the
+    bounded self-check (its oracle: transformers' Gemma2TensorProcessor) must refuse the export."""
+    monkeypatch.setattr(gguf_weights, "NORM_SHIFTED", ())
+    with pytest.raises(SelfCheckError, match="hidden_rel"):
+        export_model(tiny_ggufs["gemma3"], tmp_path / "bad", progress=False, builder="on")
+    assert not (tmp_path / "bad" / "manifest.json").exists()
 
 
 def test_prefix_covers_every_layer_kind(folders):

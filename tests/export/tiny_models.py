@@ -53,8 +53,16 @@ def build_tokenizer(*, add_bos: bool):
     return fast
 
 
-def tiny_config(arch: str):
-    """2 layers, hidden 64, vocab 512 (above the tokenizer's ~400), for each architecture under test."""
+def tiny_config(arch: str, **overrides):
+    """2 layers, hidden 64, vocab 512 (above the tokenizer's ~400), for each architecture under test;
+    `overrides` replace any of the keyword arguments below (`layer_types=None`: the class derives them)."""
+    config = _tiny_config(arch)
+    if not overrides:
+        return config
+    return type(config)(**{**config.to_diff_dict(), **overrides})
+
+
+def _tiny_config(arch: str):
     import transformers as tf
 
     common = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, max_position_embeddings=512)
@@ -87,18 +95,20 @@ ARCHES = ["llama", "qwen2", "qwen3", "gemma3", "mistral", "phi3"]
 ADD_BOS = {"llama": True, "gemma3": True}
 
 
-def save_tiny_model(arch: str, folder: Path, *, spread_vectors: bool = False, vocab_from_tokenizer: bool = False) -> Path:
+def save_tiny_model(arch: str, folder: Path, *, spread_vectors: bool = False, vocab_from_tokenizer: bool = False,
+                    config_overrides: dict | None = None) -> Path:
     """Random-weight model + tokenizer saved as a Hugging Face folder (seeded: same weights each run).
 
     `spread_vectors`: also randomize every 1-D parameter (norm weights around their init, biases),
     which random init leaves at exactly 1 or 0, so that a graph that skips a norm weight or a bias
     differs from one that does not (the graph builder's mutation tests). `vocab_from_tokenizer`: as
-    many embedding rows as the tokenizer has tokens (a GGUF file's vocabulary is its token list)."""
+    many embedding rows as the tokenizer has tokens (a GGUF file's vocabulary is its token list).
+    `config_overrides`: keyword arguments of tiny_config replaced (e.g. more layers)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     tokenizer = build_tokenizer(add_bos=ADD_BOS.get(arch, False))
-    config = tiny_config(arch)
+    config = tiny_config(arch, **(config_overrides or {}))
     if vocab_from_tokenizer:
         config.vocab_size = len(tokenizer)
     torch.manual_seed(0)

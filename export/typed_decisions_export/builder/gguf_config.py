@@ -3,7 +3,9 @@
 transformers (`modeling_gguf_pytorch_utils.load_gguf_checkpoint`, the table in
 `integrations/ggml.py`) renames a few `<arch>.*` keys to config attributes, sets
 `tie_word_embeddings` when the file has no `output.weight`, takes `vocab_size` from the token list
-when the metadata has none, and leaves everything else to the config class's defaults. This module
+when the metadata has none, renames a few architectures' model_type (`gemma3` -> `gemma3_text`), and
+leaves everything else to the config class's defaults, even where llama.cpp wrote the fact (a Gemma
+3's soft-cap or rope scaling, a Phi-3's rope dimensions: docs/export.md "GGUF sources"). This module
 does the same for the architectures the builder reads from GGUF (`KEYS`), with the gguf package's
 own reader, and asks transformers' config class only for those defaults (`AutoConfig.for_model`),
 so the builder sees the config the traced path sees (tests/export/test_builder_gguf.py holds the
@@ -35,7 +37,17 @@ KEYS: dict[str, dict[str, str]] = {
     "llama": {**_COMMON, "rope.dimension_count": "head_dim"},  # llama.cpp: head_dim == rope dims here
     "qwen2": dict(_COMMON),
     "qwen3": dict(_COMMON),
+    # Gemma 3: llama.cpp writes head_dim as attention.key_length; its window is read, its sliding
+    # pattern, local RoPE base, query_pre_attn_scalar and final_logit_softcapping are not (the class's
+    # defaults: every 6th layer full, 10000, 256, None)
+    "gemma3": {**_COMMON, "attention.key_length": "head_dim", "attention.sliding_window": "sliding_window"},
+    # Phi-3: rope.dimension_count, attention.sliding_window and the rope factors are not read
+    # (partial_rotary_factor 1, no window, no longrope: the class's defaults)
+    "phi3": dict(_COMMON),
 }
+# GGUF architecture -> transformers model_type, where they differ (transformers: a Gemma 3 GGUF holds
+# only the text backbone)
+MODEL_TYPES = {"gemma3": "gemma3_text"}
 
 
 def raw_config(reader: Any) -> dict[str, Any]:
@@ -44,7 +56,7 @@ def raw_config(reader: Any) -> dict[str, Any]:
     if arch not in KEYS:
         raise BuilderError(f"the graph builder does not read {arch!r} GGUF files yet (it reads "
                            f"{', '.join(sorted(KEYS))}); {FALLBACK}")
-    model_type = arch
+    model_type = MODEL_TYPES.get(arch, arch)
     if arch == "llama" and "mistral" in [field(reader, "general.name")]:  # transformers' own test, verbatim
         model_type = "mistral"
     config: dict[str, Any] = {"model_type": model_type}

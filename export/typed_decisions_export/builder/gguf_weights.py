@@ -7,10 +7,16 @@ with gguf's own table (`get_tensor_name_map`, which transformers inverts for the
 memory) and de-quantizes them with `gguf.quants.dequantize` a block of rows at a time into one
 float32 array, so the largest transient is that array plus one block of rows.
 
-What llama.cpp's converter changed, undone as transformers undoes it:
+What llama.cpp's converter changed, undone as transformers undoes it (`TENSOR_PROCESSORS` in
+`modeling_gguf_pytorch_utils.py`, which reads these architectures):
 - `llama` GGUFs (Llama, Mistral, SmolLM) store q and k with each head's rows interleaved for
   llama.cpp's RoPE: `permute(w, n_head) = w.reshape(n_head, 2, d/2, ...).swapaxes(1, 2)`; `unpermute`
   is its inverse (k with the KV head count);
+- `gemma3` GGUFs store every RMSNorm weight as `w + 1` (llama.cpp's Gemma norm multiplies by the
+  weight, Gemma3RMSNorm by 1 + w): transformers' Gemma2TensorProcessor subtracts 1 from each tensor
+  whose GGUF name holds `norm.weight`, in float32, and so does `get`;
+- `phi3` GGUFs keep Phi-3's fused `qkv_proj` (`attn_qkv`) and `gate_up_proj` (`ffn_up`) as they are
+  (no processor): the family reads them as row blocks;
 - a model with tied embeddings has no `output.weight`: the LM head is `token_embd.weight`.
 
 A file cut short is refused when it is opened, naming the first tensor that ends past its end; a
@@ -38,6 +44,19 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     if rows % (2 * n_head):
         raise WeightError(f"cannot undo llama.cpp's q/k permutation: {rows} rows for {n_head} heads")
     return np.ascontiguousarray(w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+NORM_SHIFTED = ("gemma3",)  # architectures whose norm weights llama.cpp stores as w + 1
+
+
+def permuted(arch: str, gguf_name: str) -> bool:
+    """A q/k weight whose rows llama.cpp permuted (`llama` files only)."""
+    return arch == "llama" and (".attn_q." in gguf_name or ".attn_k." in gguf_name)
+
+
+def norm_shifted(arch: str, gguf_name: str) -> bool:
+    """A norm weight llama.cpp stored as w + 1 (transformers' test, verbatim: `"norm.weight" in name`)."""
+    return arch in NORM_SHIFTED and "norm.weight" in gguf_name
 
 
 class GGUFSource:
@@ -155,17 +174,23 @@ class GGUFSource:
         else:
             w = self._rows(t, 0, shape[0])
         w = self._finite(t, w)
-        if self.arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
+        if permuted(self.arch, t.name):
             w = unpermute(w, self._heads[0] if ".attn_q." in t.name else self._heads[1])
+        if norm_shifted(self.arch, t.name):
+            w = w - np.float32(1.0)
         return w
+
+    def _processed(self, t: Any) -> bool:
+        """Whether `get` changes the tensor after de-quantizing it (then it is read whole)."""
+        return permuted(self.arch, t.name) or norm_shifted(self.arch, t.name)
 
     def row_blocks(self, name: str, expect: tuple[int, ...] | None = None, *,
                    block_bytes: int | None = None) -> Iterator[np.ndarray]:
         """A 2-D tensor as consecutive float32 blocks of rows (about `block_bytes` each), so an
-        embedding or LM head is never held whole; a permuted q/k is read whole (one block)."""
+        embedding or LM head is never held whole; a processed tensor (a permuted q/k) is read whole."""
         t = self._tensor(name)
         shape = self.shape_of(t)
-        if len(shape) != 2 or (self.arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name)):
+        if len(shape) != 2 or self._processed(t):
             yield self.get(name, expect)
             return
         if expect is not None and tuple(expect) != shape:
@@ -180,8 +205,8 @@ class GGUFSource:
     def get_rows(self, name: str, ids: list[int]) -> np.ndarray:
         """Rows `ids` of a 2-D tensor (an embedding), de-quantized one row at a time."""
         t = self._tensor(name)
-        if self.arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
-            raise WeightError(f"get_rows of {name!r}: permuted tensors are read whole")
+        if self._processed(t):
+            raise WeightError(f"get_rows of {name!r} (GGUF {t.name!r}): a tensor llama.cpp changed is read whole")
         rows = self.shape_of(t)[0]
         bad = [i for i in ids if not 0 <= i < rows]
         if bad:
