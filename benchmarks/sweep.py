@@ -149,7 +149,7 @@ def effective_key(setting: Setting, qtype: str) -> str:
     """
     opts = dict(setting.options)
     mode = opts.pop("label_mode", "auto")
-    # noul questions read yes/no whatever the label mode (compiler._question_block)
+    # noul questions read yes/no whatever the label mode (question_block.question_block)
     opts["label_mode"] = "yes/no" if qtype == "noul" else resolve_label_mode(qtype, mode)
     return json.dumps({"options": opts, "question": setting.question, "decider": setting.decider,
                        **({"shots": setting.shots} if setting.shots else {})}, sort_keys=True)

@@ -1,6 +1,6 @@
 """Letter label plans: which short strings label the options of a choice question.
 
-Options are shown to the model as "A. ...", "B. ..." (``compiler._question_block``) and read back
+Options are shown to the model as "A. ...", "B. ..." (``question_block.question_block``) and read back
 through the logits of their labels. The alphabet is the 62 symbols A-Z a-z 0-9, in that order. This file only plans strings and
 counts readouts at the character level; turning the strings into token paths (and a trie) is the
 job of the labels/readout code. Its neighbour `readout.py` does the maths on the resulting trie.
