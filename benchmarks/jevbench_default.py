@@ -31,6 +31,7 @@ The result file (``harness.write_result``): ``{"schema": 1, "tool": "jevbench", 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -91,6 +92,7 @@ def run_readout(model_backend: Any, args: argparse.Namespace) -> dict[str, Any]:
             "table": rep.table("relation").splitlines()}
 
 
+@functools.cache
 def question_types(suite: str) -> dict[tuple[str, str], str]:
     """(case id, question key) -> question type, for a bundled suite's cases ({} for others)."""
     import jevbench as jb
@@ -102,7 +104,7 @@ def question_types(suite: str) -> dict[tuple[str, str], str]:
     return {(c.id, k): q["type"] for c in cases for k, q in c.questions.items()}
 
 
-def outcome_summary(outcomes: list[Any], types: dict[tuple[str, str], str],
+def outcome_summary(outcomes: list[dict[str, Any]], types: dict[tuple[str, str], str],
                     tolerance: float = 0.05) -> dict[str, dict[str, Any]]:
     """Per relation, and per type of the question it targets: the checks, their mean deviation
     (e.g. total variation), the share beyond jevbench's fixed tolerance and the argmax flips, from
@@ -116,7 +118,6 @@ def outcome_summary(outcomes: list[Any], types: dict[tuple[str, str], str],
 
     by: dict[str, list[dict[str, Any]]] = {}
     for o in outcomes:
-        o = o if isinstance(o, dict) else vars(o)
         by.setdefault(o["relation"], []).append(o)
     out = {}
     for rel, os_ in sorted(by.items()):

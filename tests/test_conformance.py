@@ -173,12 +173,18 @@ CHO = [r["name"] for r in jb.list_relations(dimension="CHO")]
 SLICE_QUESTIONS = ("export_failing", "primary_team", "frustration")
 
 
-def test_jevbench_slice(served: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+def _example_case(tmp_path: Path, keys: tuple[str, ...]) -> tuple[dict[str, Any], Path]:
+    """jevbench's one hand-written case, cut to the questions ``keys``, written as a cases file."""
     examples = Path(jb.__file__).parent / "suites" / "examples" / "cases.jsonl"
     (case,) = [json.loads(line) for line in examples.read_text(encoding="utf-8").splitlines() if line.strip()]
-    case["questions"] = {k: case["questions"][k] for k in SLICE_QUESTIONS}
+    case["questions"] = {k: case["questions"][k] for k in keys}
     cases = tmp_path / "cases.jsonl"
     cases.write_text(json.dumps(case) + "\n", encoding="utf-8")
+    return case, cases
+
+
+def test_jevbench_slice(served: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    case, cases = _example_case(tmp_path, SLICE_QUESTIONS)
     model = jb.systemone(served + "/v1/systemone", model="jev-latest", api_key=KEY, timeout=300)
 
     rep = jb.evaluate(model, cases=str(cases), relations=[*BAT, "option_permutation", *CHO], repeats=3,
@@ -215,21 +221,11 @@ def test_jevbench_option_permutation_is_exact_with_canonical_order(served: str, 
     """``"debias": "canonical"`` (debias.py): jevbench's option_permutation relation, run unchanged
     with the field added to each request, finds every reordered choice and every reversed scale
     answered exactly as listed (the prompt is the same)."""
-    examples = Path(jb.__file__).parent / "suites" / "examples" / "cases.jsonl"
-    (case,) = [json.loads(line) for line in examples.read_text(encoding="utf-8").splitlines() if line.strip()]
-    case["questions"] = {k: case["questions"][k] for k in ("primary_team", "urgency", "frustration")}
-    cases = tmp_path / "cases.jsonl"
-    cases.write_text(json.dumps(case) + "\n", encoding="utf-8")
-    client = httpx.Client(timeout=300, headers={"Authorization": f"Bearer {KEY}"})
+    from benchmarks.jevbench_default import backend  # the benchmark's readout: the field added to each request
 
-    def ask(state: Any, questions: dict[str, Any]) -> dict[str, Any]:
-        r = client.post(served + "/v1/systemone",
-                        json={"model": "jev-latest", "state": state, "questions": questions, "debias": "canonical"})
-        r.raise_for_status()
-        return r.json()["answers"]
-
-    rep = jb.evaluate(jb.from_callable(ask, name="canonical"), cases=str(cases), relations=["option_permutation"],
-                      trials=3, cache=":memory:", min_n=1, bootstrap=0)
+    _, cases = _example_case(tmp_path, ("primary_team", "urgency", "frustration"))
+    rep = jb.evaluate(backend(served, "jev-latest", "canonical", KEY, 300), cases=str(cases),
+                      relations=["option_permutation"], trials=3, cache=":memory:", min_n=1, bootstrap=0)
     assert not rep.errors, rep.table("relation")
     outs = rep.result["outcomes"]
     choice = [o for o in outs if o["targets"][0] in ("primary_team", "urgency")]

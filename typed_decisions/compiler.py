@@ -124,8 +124,6 @@ class CompiledRequest:
         return sum(len(self.prefix_ids) + len(q.suffix_ids) for _, _, q in self.units())
 
 
-
-
 @dataclass(frozen=True)
 class _Prompt:
     """One question's whole prompt, tokenized, before the shared prefix is cut off it."""
@@ -226,7 +224,7 @@ class Compiler:
             prompts.append([])
             for order in orders:
                 text, options, labels, verbalizers = question_block(q, mode, order, self.wording,
-                                                                     directed=directed_header(q, debias, base))
+                                                                     directed=directed_header(q, base))
                 if mode == "mixture":
                     check_mixture(name, options, labels, verbalizers)
                 ids, _, segments = self._tokens(state_text + text, history)
@@ -257,7 +255,7 @@ class Compiler:
                     q = q.model_copy(update={"instructions": ex.instructions[name]})
                 mode = resolve_label_mode(q.type, label_mode)
                 base = canonical_base(q, debias, mode)
-                text, options, labels, _ = question_block(q, mode, base, self.wording, directed=directed_header(q, debias, base))
+                text, options, labels, _ = question_block(q, mode, base, self.wording, directed=directed_header(q, base))
                 label = labels[options.index(ex.answers[name])]  # schema checked the answer is an option
                 # plain templates read the label after "Answer:" (PLAIN_TEMPLATE); the example says so too
                 answer = label if self.template.is_chat else f"Answer: {label}"

@@ -113,9 +113,10 @@ def canonical_base(q: Noul | Choice | Score, debias: Debias, mode: QuestionLabel
     return None
 
 
-def directed_header(q: Noul | Choice | Score, debias: Debias, base: Sequence[int] | None) -> bool:
-    """Whether a score's header names its direction: not when it is shown in its canonical direction."""
-    return not (isinstance(q, Score) and debias == "canonical" and base is not None)
+def directed_header(q: Noul | Choice | Score, base: Sequence[int] | None) -> bool:
+    """Whether a score's header names its direction: not when it is shown in its canonical direction
+    (a score has a ``canonical_base`` only then)."""
+    return not (isinstance(q, Score) and base is not None)
 
 
 def check_mixture(name: str, options: Sequence[str], labels: Sequence[str], verbalizers: Sequence[Sequence[str]]) -> None:
