@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from test_engine_oracle import oracle_option_probs, torch_next_token_probs
 
-from typed_decisions.debias import canonical_order, question_orders
+from typed_decisions.debias import canonical_direction, canonical_order, question_orders
 from typed_decisions.decider import parse_request
 from typed_decisions.explain import render_text
 
@@ -103,6 +103,29 @@ def test_canonical_answers_a_reversed_scale_as_the_scale(tiny_decider):
     np.testing.assert_allclose(down[::-1], up, atol=1e-9)
     plain = [tiny_decider.probabilities({**body(c), "debias": "none"})["sev"] for c in (SEV["criteria"], SEV["criteria"][::-1])]
     assert np.abs(plain[1][::-1] - plain[0]).max() > 1e-3  # as listed they differ: the test could fail
+
+
+@pytest.mark.parametrize("mode", ["names", "letters"])
+@pytest.mark.parametrize("levels", [SEV["criteria"], SEV["criteria"][::-1]], ids=["as-canonical", "reversed"])
+def test_canonical_explain_names_a_score_s_shown_direction(tiny_decider, mode, levels):
+    """explain names the direction a score is shown in under canonical, as its prompt lists the
+    levels: reversed for a scale whose canonical direction is its reversal (letter modes), as
+    listed otherwise (and always in names mode, which shows the level numbers as listed)."""
+    body = {"model": "m", "state": STATES[0], "debias": "canonical",
+            "questions": {"sev": {**SEV, "criteria": levels}}}
+    reversed_ = mode == "letters" and canonical_direction(levels) == [2, 1, 0]
+    assert reversed_ == (mode == "letters" and levels[0] == "high")  # the case this test is about occurs
+    (q,) = tiny_decider.compiler.compile(parse_request(body), label_mode=mode).questions
+    lines = q.question_text.splitlines()
+    in_prompt = [str(j) for line in lines for j, d in enumerate(levels) if line.endswith((f". {d}", f": {d}"))]
+    assert in_prompt == (["2", "1", "0"] if reversed_ else ["0", "1", "2"])
+    e = tiny_decider.explain(body, label_mode=mode)
+    d = e.questions["sev"].debias
+    assert d is not None and d.mode == "canonical"
+    (shown_order,) = d.rotations
+    assert shown_order.order == in_prompt
+    assert f"debias canonical: shown as {' > '.join(in_prompt)}" in render_text(e)
+    assert e.questions["sev"].question_text == q.question_text
 
 
 def test_label_mass_equals_the_full_softmax(tiny_decider, tiny_torch):

@@ -282,7 +282,7 @@ def explain_question(r: Readout, answer: Answer, question: Question, token: Call
              for u, kids in trie.internal_nodes()]
     dropped = [DroppedText(option=q.options[d.option], text=d.text, reason=d.reason) for d in q.label_paths.dropped]
     orders = None
-    if r.rotations or (debias == "canonical" and q.type == "choice"):  # canonical: its one shown order
+    if r.rotations or (debias == "canonical" and q.type != "noul"):  # canonical: its one shown order
         dists = r.rotation_probabilities()
         orders = DebiasExplanation(
             mode=debias,
