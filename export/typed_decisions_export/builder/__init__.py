@@ -129,13 +129,17 @@ def _lm_head_name(spec: DecoderSpec, source: Any) -> str:
 
 
 def build_backbone(folder: Path | Source, onnx_path: Path, *, spec: DecoderSpec | None = None, opset: int = 18,
-                   log=print, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                   log=print, progress: Callable[[str], None] | None = None,
+                   make_writer: Callable[..., Any] | None = None) -> dict[str, Any]:
     """Write `onnx_path` (+ `.data`) for the model in `folder` (a Hugging Face folder or a Source);
-    returns the geometry (onnx_export's keys)."""
+    returns the geometry (onnx_export's keys). `make_writer`: decoder.write_backbone's (the INT8
+    writer of int8/direct_writer.py)."""
     from .decoder import write_backbone
+    from .graph import GraphWriter
 
     spec = spec or (spec_of(folder.config) if isinstance(folder, Source) else plan(folder))
-    return write_backbone(spec, _tensors(folder), onnx_path, opset=opset, log=log, progress=progress)
+    return write_backbone(spec, _tensors(folder), onnx_path, opset=opset, log=log, progress=progress,
+                          make_writer=make_writer or GraphWriter)
 
 
 def write_lm_head(folder: Path | Source, path: Path, *, spec: DecoderSpec | None = None) -> tuple[int, int]:

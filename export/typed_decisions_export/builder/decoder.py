@@ -6,6 +6,11 @@ Inputs  input_ids (B, T) int64; attention_mask (B, 1, T, S) bool [spec.mask "4d"
         past_key_values.{i}.key / .value (B, kv, P, D) float32.
 Outputs last_hidden_state (B, T, H); present.{i}.key / .value (B, kv, S, D) = Concat(past, new).
 Every layer keeps its whole cache; a sliding-window layer masks, never truncates.
+
+A segment of the layers (the INT8 export's float reference, int8/float_reference.py) is the same
+graph cut: `hidden_input` adds the input inputs_embeds (B, T, H), the previous segment's output, in
+place of the embedding, and without `final_norm` last_hidden_state is the residual stream as it
+leaves the segment's last layer.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ class _Weights:
             if stop - start != out_features or full.shape[1] != in_features or stop > full.shape[0]:
                 raise ValueError(f"{p.weight}: rows {p.rows} of {list(full.shape)} do not give ({out_features}, {in_features})")
             w, name = full[start:stop], f"{p.weight}[{start}:{stop}]"
-        weight = self.g.weight(name, np.ascontiguousarray(w.T))
+        weight = self.g.matmul_weight(name, np.ascontiguousarray(w.T))
         self.progress(name)
         bias = None
         if p.bias is not None:
@@ -124,9 +129,20 @@ def _layer(g: GraphWriter, w: _Weights, spec: DecoderSpec, i: int, layer: Layer,
     return g.op("Add", [residual, y])
 
 
+def geometry(spec: DecoderSpec) -> dict[str, Any]:
+    """What the manifest records of the graph write_backbone writes for `spec` (onnx_export's keys)."""
+    return {"num_layers": spec.num_layers, "num_kv_heads": spec.num_kv_heads, "head_dim": spec.head_dim,
+            "attention_mask": spec.mask, "softmax_nan_guards_dropped": 0}
+
+
 def write_backbone(spec: DecoderSpec, source: SafetensorsSource, onnx_path: Path, *, opset: int = 18,
-                   log=print, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Write `onnx_path` and `<name>.data` for `spec`; returns the geometry the manifest records."""
+                   log=print, progress: Callable[[str], None] | None = None,
+                   make_writer: Callable[[Any, str], GraphWriter] = GraphWriter,
+                   hidden_input: bool = False, final_norm: bool = True) -> dict[str, Any]:
+    """Write `onnx_path` and `<name>.data` for `spec`; returns the geometry the manifest records.
+
+    `make_writer(data_file, location)` makes the GraphWriter (int8/direct_writer.py's writes INT8);
+    `hidden_input` / `final_norm`: a segment of the layers (module docstring)."""
     t0 = time.perf_counter()
     onnx_path = Path(onnx_path)
     data_path = onnx_path.with_name(onnx_path.name + ".data")
@@ -139,6 +155,8 @@ def write_backbone(spec: DecoderSpec, source: SafetensorsSource, onnx_path: Path
         *(value_info(f"past_key_values.{i}.{t}", TensorProto.FLOAT, [DIMS["batch"], kv, DIMS["past"], d])
           for i in range(n) for t in ("key", "value")),
     ]
+    if hidden_input:
+        inputs.append(value_info("inputs_embeds", TensorProto.FLOAT, [DIMS["batch"], DIMS["seq"], hidden]))
     outputs = [
         value_info("last_hidden_state", TensorProto.FLOAT, [DIMS["batch"], DIMS["seq"], hidden]),
         *(value_info(f"present.{i}.{t}", TensorProto.FLOAT, [DIMS["batch"], kv, DIMS["total"], d])
@@ -147,13 +165,16 @@ def write_backbone(spec: DecoderSpec, source: SafetensorsSource, onnx_path: Path
     log(f"builder: writing a {spec.model_type} backbone, {n} layers, {spec.num_heads} heads / {kv} KV heads, "
         f"head_dim {d}, {'4-D' if spec.mask == '4d' else '2-D'} attention_mask, opset {opset} ...")
     with open(data_path, "wb") as f:
-        g = GraphWriter(f, data_path.name)
+        g = make_writer(f, data_path.name)
         w = _Weights(g, source, spec, progress or (lambda name: None))
-        embed = g.weight_blocks(spec.embed, (spec.vocab_size, hidden),
-                                row_blocks(source, spec.embed, (spec.vocab_size, hidden)))
-        x = g.op("Gather", [embed, "input_ids"], axis=0)
-        if spec.embed_scale is not None:
-            x = g.op("Mul", [x, g.const(spec.embed_scale, np.float32)])
+        if hidden_input:
+            x = "inputs_embeds"
+        else:
+            embed = g.weight_blocks(spec.embed, (spec.vocab_size, hidden),
+                                    row_blocks(source, spec.embed, (spec.vocab_size, hidden)))
+            x = g.op("Gather", [embed, "input_ids"], axis=0)
+            if spec.embed_scale is not None:
+                x = g.op("Mul", [x, g.const(spec.embed_scale, np.float32)])
 
         rope_cache: dict[tuple, tuple[str, str, int]] = {}
 
@@ -177,11 +198,10 @@ def write_backbone(spec: DecoderSpec, source: SafetensorsSource, onnx_path: Path
 
         for i, layer in enumerate(spec.layers):
             x = _layer(g, w, spec, i, layer, x, tables, bias_for)
-        norm = w.vector(spec.final_norm, hidden, offset=spec.norm_offset)
-        out = ops.rms_norm(g, x, norm, spec.rms_norm_eps)
-        g.op("Identity", [out], out="last_hidden_state")
+        if final_norm:
+            x = ops.rms_norm(g, x, w.vector(spec.final_norm, hidden, offset=spec.norm_offset), spec.rms_norm_eps)
+        g.op("Identity", [x], out="last_hidden_state")
     save_model(onnx_path, g, inputs, outputs, opset, doc=f"typed_decisions backbone ({spec.model_type}), graph builder")
     log(f"builder: wrote {onnx_path.name} + {data_path.name} ({g.bytes_written / 1e6:.1f} MB of weights) in "
         f"{time.perf_counter() - t0:.1f} s")
-    return {"num_layers": n, "num_kv_heads": kv, "head_dim": d, "attention_mask": spec.mask,
-            "softmax_nan_guards_dropped": 0}
+    return geometry(spec)

@@ -68,12 +68,28 @@ class GraphWriter:
         array = np.ascontiguousarray(array, dtype=np.float32)
         return self.weight_blocks(name, array.shape, [array])
 
+    def matmul_weight(self, name: str, array: np.ndarray) -> str:
+        """A MatMul's constant (in, out) weight: written as float32 here; an INT8 writer
+        (int8/direct_writer.py) writes its integers and scales instead."""
+        return self.weight(name, array)
+
+    def finish(self, opset: int) -> dict[str, int]:
+        """Called once every node is written; returns the graph's opset imports (domain -> version)."""
+        return {"": opset}
+
     def weight_blocks(self, name: str, shape: tuple[int, ...], blocks: Iterable[np.ndarray]) -> str:
         """Write a float32 tensor of `shape` given as consecutive C-order blocks (rows of a 2-D
         tensor, say), each written before the next is asked for: the whole tensor is never held."""
-        from onnx import TensorProto
+        self.initializers.append(self.external(name, shape, blocks))
+        return name
 
-        nbytes = 4 * int(np.prod(shape))
+    def external(self, name: str, shape: tuple[int, ...], blocks: Iterable[np.ndarray], dtype: Any = np.float32) -> Any:
+        """Append a tensor of `shape` and `dtype` (blocks as weight_blocks takes them) to the data
+        file, aligned; returns its TensorProto, which points at those bytes (not yet in the graph)."""
+        from onnx import TensorProto, helper
+
+        dtype = np.dtype(dtype)
+        nbytes = dtype.itemsize * int(np.prod(shape))
         align = _PAGE if nbytes >= _BIG else _ALIGN
         pad = (-self._offset) % align
         if pad:
@@ -81,20 +97,19 @@ class GraphWriter:
             self._offset += pad
         written = 0
         for block in blocks:
-            block = np.ascontiguousarray(block, dtype=np.float32)
+            block = np.ascontiguousarray(block, dtype=dtype)
             self._data.write(memoryview(block).cast("B"))
             written += block.nbytes
         if written != nbytes:
             raise ValueError(f"{name}: blocks of {written} bytes for a tensor of shape {list(shape)} ({nbytes} bytes)")
-        tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(shape),
+        tensor = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(dtype), dims=list(shape),
                              data_location=TensorProto.EXTERNAL)
         for key, value in (("location", self._location), ("offset", str(self._offset)), ("length", str(nbytes))):
             entry = tensor.external_data.add()
             entry.key, entry.value = key, value
         self._offset += nbytes
         self.bytes_written += nbytes
-        self.initializers.append(tensor)
-        return name
+        return tensor
 
 
 def value_info(name: str, elem_type: int, dims: list[str | int]) -> Any:
@@ -107,8 +122,9 @@ def save_model(path: Path, writer: GraphWriter, inputs: list[Any], outputs: list
     """Write the graph proto (weights already in the external-data file) to `path`."""
     from onnx import checker, helper
 
+    imports = writer.finish(opset)
     graph = helper.make_graph(writer.nodes, "typed_decisions_backbone", inputs, outputs, writer.initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in imports.items()],
                               producer_name="typed_decisions_export.builder", doc_string=doc)
     model.ir_version = 10
     Path(path).write_bytes(model.SerializeToString())

@@ -45,6 +45,7 @@ PROBES = [
     "Which is the largest ocean? A) Atlantic B) Indian C) Arctic D) Pacific E) Southern",
 ]
 CANDIDATE_TEXTS = ["A", "B", "C", "D", "E"]
+CACHED_STEP = 3  # the cache-dependence pattern: a prefix prefilled, then its last tokens as one cached step
 LOAD_CHECK_PROBES = 2  # probes the runtime re-runs at load on a CPU class other than the one measured
 
 
@@ -84,25 +85,45 @@ class Probe:
         return np.concatenate([self.probs(ort.prefill(ids)[0][:, -1]) for ids in prompts])
 
     def batched(self, ort: OrtBackbone, prompts: list[list[int]]) -> np.ndarray:  # (N, K)
-        """All probes in one run, right-padded as the runtime batches rows (padding after each
-        row's tokens, so a row's keys keep their places)."""
-        width = max(len(p) for p in prompts)
-        ids = np.full((len(prompts), width), self.pad_id, np.int64)
-        mask = np.zeros((len(prompts), width), np.int64)
-        for row, p in enumerate(prompts):
-            ids[row, : len(p)], mask[row, : len(p)] = p, 1
-        hidden, _ = ort.run(ids, mask, np.tile(np.arange(width, dtype=np.int64), (len(prompts), 1)))
-        last = np.array([len(p) - 1 for p in prompts])
+        """All probes in one run, right-padded as the runtime batches rows (batched_inputs)."""
+        ids, mask, pos, last = batched_inputs(prompts, self.pad_id)
+        hidden, _ = ort.run(ids, mask, pos)
         return self.probs(hidden[np.arange(len(prompts)), last])
 
-    def cached(self, ort: OrtBackbone, prompts: list[list[int]], k: int = 3) -> np.ndarray:  # (N, K)
+    def cached(self, ort: OrtBackbone, prompts: list[list[int]], k: int = CACHED_STEP) -> np.ndarray:  # (N, K)
         rows = []
         for ids in prompts:
             n = len(ids) - k
             _, present = ort.prefill(ids[:n])
-            hidden, _ = ort.run(np.array([ids[n:]]), np.ones((1, n + k), np.int64), np.arange(n, n + k)[None], present)
+            hidden, _ = ort.run(*cached_step(ids, k), present)
             rows.append(self.probs(hidden[:, -1]))
         return np.concatenate(rows)
+
+
+
+def batched_inputs(prompts: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(input_ids, attention_mask, position_ids, each row's last real position) of the prompts in
+    one run, right-padded as the runtime batches rows (padding after each row's tokens, so a row's
+    keys keep their places).
+
+    >>> ids, mask, pos, last = batched_inputs([[5, 6, 7], [8]], pad_id=0)
+    >>> ids.tolist(), mask.tolist(), last.tolist()
+    ([[5, 6, 7], [8, 0, 0]], [[1, 1, 1], [1, 0, 0]], [2, 0])
+    """
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), pad_id, np.int64)
+    mask = np.zeros((len(prompts), width), np.int64)
+    for row, p in enumerate(prompts):
+        ids[row, : len(p)], mask[row, : len(p)] = p, 1
+    pos = np.tile(np.arange(width, dtype=np.int64), (len(prompts), 1))
+    return ids, mask, pos, np.array([len(p) - 1 for p in prompts])
+
+
+def cached_step(ids: list[int], k: int = CACHED_STEP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(input_ids, attention_mask, position_ids) of a prompt's last `k` tokens as one step on the
+    cache of the others (prefilled alone)."""
+    n = len(ids) - k
+    return np.array([ids[n:]]), np.ones((1, n + k), np.int64), np.arange(n, n + k)[None]
 
 
 def compare(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
@@ -124,14 +145,22 @@ def compare(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
 
 
 
-def measure(probe: Probe, prompts: list[list[int]], src_onnx: Path, out_onnx: Path,
-             other: Path | None = None) -> dict[str, Any]:
+def measure(probe: Probe, prompts: list[list[int]], src_onnx: Path | None, out_onnx: Path,
+             other: Path | None = None,
+             reference: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
     """Drift of INT8 (`out_onnx`, the graph this CPU runs) against float32 on the probes, and each
     graph's dependence on batching and on cache splits (a probe alone vs left-padded in one batch
     vs a prefix step + 3 cached tokens). `other`: the INT8 graph for the other CPU classes, when
-    this CPU computes it exactly too; its probabilities are compared with `out_onnx`'s."""
+    this CPU computes it exactly too; its probabilities are compared with `out_onnx`'s.
+
+    float32 is `src_onnx` run here, or `reference`: its (alone, batched, cached) tables computed
+    elsewhere (float_reference.py, a segment of layers at a time); then no speed ratio is measured."""
     tables, seconds = {}, {}
+    if reference is not None:
+        tables["float32"] = reference
     for dtype, path in (("float32", src_onnx), ("int8", out_onnx)):
+        if dtype in tables:
+            continue
         ort = OrtBackbone(path)  # one session at a time: the float32 one holds the whole model
         ort.prefill(prompts[0])  # warm-up: first-run allocations are not the model's speed
         t0 = time.perf_counter()
@@ -152,7 +181,7 @@ def measure(probe: Probe, prompts: list[list[int]], src_onnx: Path, out_onnx: Pa
         "probabilities": {"float32": np.round(p32, 4).tolist(), "int8": np.round(p8, 4).tolist()},
         "p8": p8,
         "speed": {"probe_prefill_seconds": {k: round(v, 3) for k, v in seconds.items()},
-                  "int8_vs_float32": round(seconds["float32"] / seconds["int8"], 2)},
+                  "int8_vs_float32": round(seconds["float32"] / seconds["int8"], 2) if "float32" in seconds else None},
         "graphs_agree": graphs_agree,
     }
 

@@ -15,6 +15,7 @@ smoothing vectors are folded into the graph (smoothquant.py), one weight in memo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,23 @@ class MatMulRewrite:
         out.matmul(node, wq_name, sw_name, zw_name, width)
 
 
+def quantized_weight(name: str, w: np.ndarray, levels: int,
+                     add_array: Callable[[Any, np.ndarray], None]) -> tuple[Any, Any, Any]:
+    """The initializers of one quantized (K, N) weight: (`name`_quantized int8 (K, N), written to the
+    data file by `add_array(tensor, array)`; `name`_scale float32 (N,); `name`_zero_point int8 (N,)
+    zeros), from quantize_weight_per_column. rewrite_matmuls and the builder's INT8 writer
+    (direct_writer.py) both make them here, so both write the same integers."""
+    from onnx import TensorProto, helper
+
+    wq, scale = quantize_weight_per_column(w, levels)  # (K, N), (N,)
+    wq_t = TensorProto(name=f"{name}_quantized", data_type=TensorProto.INT8, dims=wq.shape)
+    add_array(wq_t, wq)  # (K, N), straight to the data file
+    n = wq.shape[1]
+    zw_t = helper.make_tensor(f"{name}_zero_point", TensorProto.INT8, [n], np.zeros(n, np.int8).tobytes(), raw=True)
+    sw_t = helper.make_tensor(f"{name}_scale", TensorProto.FLOAT, [n], scale.tobytes(), raw=True)
+    return wq_t, sw_t, zw_t
+
+
 def quantize_matmuls(
     src: Path,
     dst: Path,
@@ -177,14 +195,10 @@ def rewrite_matmuls(
                 continue
             w_name = node.input[1]
             w, float_part = rewrite.weight(node, read(w_name), writer, out)  # (K, N)
-            wq, scale = quantize_weight_per_column(w, rewrite.weight_levels)  # (K, N), (N,)
+            wq_t, sw_t, zw_t = quantized_weight(w_name, w, rewrite.weight_levels, writer.add_array)
             del w
-            wq_t = TensorProto(name=f"{w_name}_quantized", data_type=TensorProto.INT8, dims=wq.shape)
-            writer.add_array(wq_t, wq)  # (K, N), straight to the data file
-            zw_t = helper.make_tensor(f"{w_name}_zero_point", TensorProto.INT8, [wq.shape[1]], np.zeros(wq.shape[1], np.int8).tobytes(), raw=True)
-            sw_t = helper.make_tensor(f"{w_name}_scale", TensorProto.FLOAT, [wq.shape[1]], scale.tobytes(), raw=True)
             out.inits += [wq_t, zw_t, sw_t]
-            rewrite.matmul(out, node, wq_t.name, sw_t.name, zw_t.name, wq.shape[0], float_part)
+            rewrite.matmul(out, node, wq_t.name, sw_t.name, zw_t.name, int(wq_t.dims[0]), float_part)
             uses[w_name] -= 1
             if uses[w_name] == 0:
                 dropped.add(w_name)

@@ -77,6 +77,50 @@ def decide(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any]
     return Int8Plan(options, smoothing, MatMulRewrite(fmt, two_level), graphs, "per_token", fmt.describe())
 
 
+def probe_set(export_dir: Path, facts: dict[str, Any], arch: dict[str, Any]) -> tuple[Any, Probe, list[list[int]]]:
+    """(tokenizer, drift Probe, probe prompts' token ids) from an export directory's tokenizer files
+    and lm_head.npy (what the runtime has)."""
+    tok = probe_tokenizer(export_dir, facts)
+    lm_head = np.load(export_dir / LM_HEAD_FILE, mmap_mode="r")  # (V, H)
+    cands = candidate_ids(tok, CANDIDATE_TEXTS, fallback_vocab=lm_head.shape[0])
+    prompts = [encode_prompt(tok, render_chat(tok, q, PROBE_SYSTEM), facts["add_bos_token"]) for q in PROBES]
+    pad_id = facts["pad_token_id"] if facts["pad_token_id"] is not None else 0
+    return tok, Probe(lm_head, cands, arch, pad_id), prompts
+
+
+def judge(plan: Int8Plan, probe: Probe, prompts: list[list[int]], out_dir: Path, *, src_onnx: Path | None = None,
+          reference: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, log=print) -> tuple[dict[str, Any], bool]:
+    """Measure the written INT8 graph(s) in `out_dir` against float32 (`src_onnx`, or the `reference`
+    tables: float_reference.py) on the probes; returns (drift.measure's result, whether it passes THRESHOLD)."""
+    graphs, cpu = plan.graphs, cpu_describe()["class"]
+    here = out_dir / (graph_file({"graphs": graphs}, cpu) or INT8_ONNX_FILE)  # the graph this CPU runs
+    other = out_dir / INT8_U8U8_ONNX_FILE if graphs and cpu in EXACT_CLASSES else None
+    m = measure(probe, prompts, src_onnx, here, other, reference=reference)
+    drift = m["drift"]
+    if m["graphs_agree"] is not None:
+        log(f"the u8*u8 graph (CPUs without VNNI/AMX), run here: max |dp| {m['graphs_agree']['max_abs_prob']:.2g} "
+            "from the u8*s8 graph")
+    passed = drift["max_abs_prob"] <= THRESHOLD["max_abs_prob"] and drift["decisive_flips"] <= THRESHOLD["decisive_flips"]
+    log(f"int8 drift: max |dp| {drift['max_abs_prob']:.4f}, {drift['top1_flips']}/{len(prompts)} top-1 flips "
+        f"({drift['decisive_flips']} decisive); batch dependence {m['batch_dependence']['int8']['max_abs_prob']:.2g}, "
+        f"cache dependence {m['cache_dependence']['int8']['max_abs_prob']:.2g} (CPU class {cpu})")
+    speedup = m["speed"]["int8_vs_float32"]
+    if speedup is not None:
+        log(f"on this CPU (class {cpu}) INT8 prefilled the probes {speedup:.2f}x as fast as float32: "
+            + ("deploy INT8" if speedup >= 1.2 else "INT8 gains little here; float32 gives the same answers without the drift"))
+    return m, passed
+
+
+def refusal(m: dict[str, Any], what_is_left: str) -> QuantizationError:
+    """The error of an INT8 graph whose drift (judge's `m`) is above THRESHOLD."""
+    drift = m["drift"]
+    return QuantizationError(
+        f"INT8 drift above threshold: max |dp| {drift['max_abs_prob']:.3f} (limit {THRESHOLD['max_abs_prob']}), "
+        f"{drift['decisive_flips']} decisive top-1 flips (limit {THRESHOLD['decisive_flips']}) on {drift['probes']} probes; "
+        f"{what_is_left}. Use force=True (--force) to keep INT8 anyway."
+    )
+
+
 def _record(plan: Int8Plan, count: int, m: dict[str, Any], passed: bool, force: bool, seconds: float,
             source_sha256: str | None, check: dict[str, Any], guards: int = 0) -> dict[str, Any]:
     """The manifest's `quantization` (docs/FORMAT.md)."""
@@ -192,11 +236,8 @@ def quantize_export_with(
                 shutil.copy2(src_dir / name, out_dir / name)
     out_onnx = out_dir / INT8_ONNX_FILE
 
-    facts, arch = manifest["tokenizer"], manifest["architecture"]
-    tok = probe_tokenizer(src_dir, facts)
-    lm_head = np.load(src_dir / LM_HEAD_FILE, mmap_mode="r")  # (V, H)
-    cands = candidate_ids(tok, CANDIDATE_TEXTS, fallback_vocab=lm_head.shape[0])
-    prompts = [encode_prompt(tok, render_chat(tok, q, PROBE_SYSTEM), facts["add_bos_token"]) for q in PROBES]
+    facts = manifest["tokenizer"]
+    tok, probe, prompts = probe_set(src_dir, facts, manifest["architecture"])
 
     t0 = time.perf_counter()
     plan = decide_plan(src_onnx, options, tok, facts, log)
@@ -209,35 +250,16 @@ def quantize_export_with(
     guards = drop_softmax_nan_guards_in_file(out_onnx)
     if guards:
         log(f"dropped {guards} softmax NaN guards from the INT8 graph (softmax_guard.py)")
-    graphs, cpu = plan.graphs, cpu_describe()["class"]
-    if graphs is not None:
-        write_u8u8_graph(out_onnx, out_dir / graphs["u8u8"])
+    if plan.graphs is not None:
+        write_u8u8_graph(out_onnx, out_dir / plan.graphs["u8u8"])
     quant_seconds = time.perf_counter() - t0
     log(f"quantized {count} MatMuls in {quant_seconds:.1f} s; measuring drift on {len(PROBES)} probes ...")
-    pad_id = facts["pad_token_id"] if facts["pad_token_id"] is not None else 0
-    here = out_dir / (graph_file({"graphs": graphs}, cpu) or INT8_ONNX_FILE)  # the graph this CPU runs
-    other = out_dir / INT8_U8U8_ONNX_FILE if graphs and cpu in EXACT_CLASSES else None
-    m = measure(Probe(lm_head, cands, arch, pad_id), prompts, src_onnx, here, other)
-    drift = m["drift"]
-    if m["graphs_agree"] is not None:
-        log(f"the u8*u8 graph (CPUs without VNNI/AMX), run here: max |dp| {m['graphs_agree']['max_abs_prob']:.2g} "
-            "from the u8*s8 graph")
-    passed = drift["max_abs_prob"] <= THRESHOLD["max_abs_prob"] and drift["decisive_flips"] <= THRESHOLD["decisive_flips"]
-    log(f"int8 drift: max |dp| {drift['max_abs_prob']:.4f}, {drift['top1_flips']}/{len(prompts)} top-1 flips "
-        f"({drift['decisive_flips']} decisive); batch dependence {m['batch_dependence']['int8']['max_abs_prob']:.2g}, "
-        f"cache dependence {m['cache_dependence']['int8']['max_abs_prob']:.2g} (CPU class {cpu})")
-    speedup = m["speed"]["int8_vs_float32"]
-    log(f"on this CPU (class {cpu}) INT8 prefilled the probes {speedup:.2f}x as fast as float32: "
-        + ("deploy INT8" if speedup >= 1.2 else "INT8 gains little here; float32 gives the same answers without the drift"))
+    m, passed = judge(plan, probe, prompts, out_dir, src_onnx=src_onnx, log=log)
     if not passed and not force:
         _discard(out_dir, out_onnx, in_place)
-        raise QuantizationError(
-            f"INT8 drift above threshold: max |dp| {drift['max_abs_prob']:.3f} (limit {THRESHOLD['max_abs_prob']}), "
-            f"{drift['decisive_flips']} decisive top-1 flips (limit {THRESHOLD['decisive_flips']}) on {len(prompts)} probes; "
-            f"{src_dir} keeps its float32 export. Use force=True (--force) to keep INT8 anyway."
-        )
+        raise refusal(m, f"{src_dir} keeps its float32 export")
     quantization = _record(plan, count, m, passed, force, quant_seconds, manifest["files"].get(manifest["onnx_file"]),
-                           load_check(prompts, cands, m["p8"]), guards)
+                           load_check(prompts, probe.cands, m["p8"]), guards)
     manifest = _install(out_dir, src_onnx, manifest, quantization, in_place)
     log(f"wrote {MANIFEST_FILE}: {out_dir} is a usable INT8 export")
     return manifest
