@@ -4,6 +4,9 @@ load (transformers, float32) -> tokenizer files -> lm_head.npy -> model.onnx (+ 
 self-check against PyTorch -> manifest.json last -> optionally INT8 (int8/pipeline.py), which re-checks
 drift and rewrites the manifest. A directory without manifest.json is unfinished and unusable.
 
+With the builder, INT8 is written straight from the source instead (int8/direct.py): the INT8
+graph in place of model.onnx, checked on the prefix and by the drift probe, then the manifest.
+
 With the graph builder (builder=, builder_choice.py) the backbone and the LM head come from the
 safetensors files or the GGUF file, tensor by tensor, and the self-check runs on a prefix of the
 model (prefix_check.py): no step holds the whole float model.
@@ -21,7 +24,9 @@ import numpy as np
 from .builder_choice import choose_builder
 from .errors import ExportError, SelfCheckError
 from .int8.options import Int8Options
+from .int8.quantized_graph import BLOCKED_QUANTIZE_OPSET
 from .layout import (
+    INT8_ONNX_FILE,
     ONNX_FILE,
     SELF_CHECK_FAILURE_FILE,
     make_logger,
@@ -79,16 +84,27 @@ def export_model(
 
     resolved = resolve_source(source)
     chosen = choose_builder(builder, resolved[0], resolved[1], log=log)
+    direct = None  # Int8Options when the builder writes INT8 straight from the source (int8/direct.py)
+    if chosen is not None and quantize == "int8":
+        from .int8.direct import direct_refusal
+
+        reason = direct_refusal(int8 or Int8Options())
+        if reason is None:
+            direct = int8 or Int8Options()
+        else:
+            log(f"INT8 through a float32 export: {reason}")
     if chosen is None:
         steps = _traced_steps(source, resolved, out_dir, opset=opset, log=log, progress=progress)
     else:
         steps = _builder_steps(chosen, resolved, out_dir, opset=opset, log=log, progress=progress,
-                               int8=quantize == "int8")
-    geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name = steps
+                               int8=quantize == "int8", direct=direct)
+    geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name, written = steps
+    onnx_file = ONNX_FILE if written is None else INT8_ONNX_FILE
     if chosen is None:
         check = run_self_check(out_dir, ONNX_FILE, arch, plan, refs, log=log)
     else:
-        check = run_prefix_check(out_dir, *chosen, arch, plan, log=log, opset=opset)
+        check = run_prefix_check(out_dir, *chosen, arch, plan, log=log, opset=opset, onnx_file=onnx_file,
+                                 weight_levels=None if direct is None else direct.integer_format.weight_levels)
     if not check["passed"]:
         with open(out_dir / SELF_CHECK_FAILURE_FILE, "w", encoding="utf-8") as f:
             json.dump(check, f, indent=2)
@@ -97,16 +113,23 @@ def export_model(
             f"(details in {SELF_CHECK_FAILURE_FILE})"
         )
 
+    quantization = None
+    if written is not None:
+        from .int8.direct import judge_direct
+
+        quantization = judge_direct(*chosen, out_dir, written, tokenizer_facts, arch, force=force, log=log)
+        check = dict(check, graph=f"{ONNX_FILE} (float32, the builder's graph of the checked prefix; "
+                                  f"{INT8_ONNX_FILE}'s integers are its weights quantized again)")
     manifest: dict[str, Any] = {
         "format_version": format_version(geometry["attention_mask"]),
         "name": name or default_name,
         "architecture": arch,
-        "onnx_file": ONNX_FILE,
+        "onnx_file": onnx_file,
         "attention_mask": geometry["attention_mask"],
         "dtype": "float32",
-        "opset": opset,
+        "opset": opset if written is None else BLOCKED_QUANTIZE_OPSET,
         "graph_rewrites": {"softmax_nan_guards_dropped": geometry["softmax_nan_guards_dropped"]},
-        "quantization": None,
+        "quantization": quantization,
         "lm_head": {"file": LM_HEAD_FILE, "dtype": "float32", "shape": list(lm_shape)},
         "tokenizer": tokenizer_facts,
         "source": source_info,
@@ -117,8 +140,8 @@ def export_model(
         "files": file_hashes(out_dir),
     }
     write_manifest(out_dir, manifest)
-    log(f"wrote {MANIFEST_FILE}: {out_dir} is a usable float32 export")
-    if quantize == "int8":
+    log(f"wrote {MANIFEST_FILE}: {out_dir} is a usable {'float32' if written is None else 'INT8'} export")
+    if quantize == "int8" and written is None:
         from .int8.pipeline import quantize_export
 
         manifest = quantize_export(out_dir, out_dir, int8, force=force, progress=progress)
@@ -152,18 +175,22 @@ def _traced_steps(source, resolved, out_dir: Path, *, opset: int, log, progress:
     # Free the float32 weights before ONNX Runtime loads its own copy (and before INT8 does).
     del model, tokenizer, loaded
     gc.collect()
-    return geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name
+    return geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name, None
 
 
-def _builder_steps(chosen, resolved, out_dir: Path, *, opset: int, log, progress: bool, int8: bool = False) -> tuple:
+def _builder_steps(chosen, resolved, out_dir: Path, *, opset: int, log, progress: bool, int8: bool = False,
+                   direct: Int8Options | None = None) -> tuple:
     """Graph builder: tokenizer files, lm_head.npy and the backbone from the source's tensors (safetensors
     or GGUF, one at a time, no torch model); the self-check's references come later, from a prefix
-    model (prefix_check.py), so no step holds the whole float model. The disk is checked first."""
+    model (prefix_check.py), so no step holds the whole float model. The disk is checked first.
+    With `direct` (Int8Options) the backbone is the INT8 graph, written straight from the source."""
     from .builder import build_backbone, write_lm_head
     from .builder.disk import check_disk
 
     spec, source = chosen
-    need = check_disk(out_dir, spec, int8=int8)
+    from .int8.float_reference import SEGMENT_BYTES
+
+    need = check_disk(out_dir, spec, int8=int8, direct=direct is not None, segment_bytes=SEGMENT_BYTES)
     log(f"disk: the export writes about {need / 1e9:.2f} GB")
     kind, path, catalogue_name = resolved
     source_info, default_name = source_facts(kind, path, catalogue_name, log=log)
@@ -172,8 +199,15 @@ def _builder_steps(chosen, resolved, out_dir: Path, *, opset: int, log, progress
     lm_shape = write_lm_head(source, out_dir / LM_HEAD_FILE, spec=spec)
     log(f"wrote {LM_HEAD_FILE} {lm_shape}")
     bar = _tensor_bar(progress)
+    written = None
     try:
-        geometry = build_backbone(source, out_dir / ONNX_FILE, spec=spec, opset=opset, log=log, progress=bar)
+        if direct is None:
+            geometry = build_backbone(source, out_dir / ONNX_FILE, spec=spec, opset=opset, log=log, progress=bar)
+        else:
+            from .int8.direct import write_int8_backbone
+
+            written = write_int8_backbone(spec, source, out_dir, direct, opset=opset, log=log, progress=bar)
+            geometry = written.geometry
     finally:
         if progress:
             bar.close()
@@ -181,7 +215,7 @@ def _builder_steps(chosen, resolved, out_dir: Path, *, opset: int, log, progress
     plan = plan_self_check(tokenizer, out_dir, tokenizer_facts, lm_shape[0])
     del tokenizer
     gc.collect()
-    return geometry, arch, plan, None, tokenizer_facts, lm_shape, source_info, default_name
+    return geometry, arch, plan, None, tokenizer_facts, lm_shape, source_info, default_name, written
 
 
 def _tensor_bar(progress: bool):

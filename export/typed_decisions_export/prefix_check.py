@@ -16,6 +16,10 @@ the tokenizer, the LM head's soft-cap and scale from the manifest's architecture
 graph's weights are compared byte for byte with the full export's (every tensor of those layers,
 the final norm, the embedding and lm_head.npy rows), so the files that ship are the ones checked.
 
+For an INT8 export written straight from the source (int8/direct.py) the full export holds each
+quantized MatMul weight as integers and scales: those are compared with the prefix graph's float
+weight quantized again (weights_differing's `weight_levels`).
+
 What it does not see: a tensor of a later layer read wrongly in a way no earlier layer shows (each
 layer is written by the same code from names built the same way; a corrupt tensor is refused as
 it is read). Memory: the prefix twice (transformers, ONNX Runtime), never the whole model.
@@ -82,18 +86,35 @@ class VocabSlice:
         return np.ascontiguousarray(rows)
 
 
-def _initializers(onnx_path: Path) -> dict[str, tuple[Path, int, int, tuple[int, ...]]]:
-    """name -> (data file, offset, length, dims) of every external initializer."""
+def _initializers(onnx_path: Path) -> tuple[dict[str, tuple[Path, int, int, tuple[int, ...]]], dict[str, Any]]:
+    """(name -> (data file, offset, length, dims) of every external initializer, name -> TensorProto
+    of every inline one)."""
     import onnx
 
     model = onnx.load(str(onnx_path), load_external_data=False)
-    out = {}
+    out, inline = {}, {}
     for t in model.graph.initializer:
         if t.data_location == onnx.TensorProto.EXTERNAL:
             info = {e.key: e.value for e in t.external_data}
             out[t.name] = (onnx_path.parent / info["location"], int(info.get("offset", 0)), int(info["length"]),
                            tuple(t.dims))
-    return out
+        else:
+            inline[t.name] = t
+    return out, inline
+
+
+def _same_integers(full: dict, inline: dict, name: str, where: tuple, levels: int) -> bool:
+    """Whether the INT8 graph's `name`_quantized and `name`_scale are the checked float weight
+    `where` quantized per column again (int8/integer.py)."""
+    from onnx import numpy_helper
+
+    from .int8.integer import quantize_weight_per_column
+
+    w = _read(where).view(np.float32).reshape(where[3])
+    wq, scale = quantize_weight_per_column(w, levels)
+    q, s = full.get(f"{name}_quantized"), inline.get(f"{name}_scale")
+    return (q is not None and s is not None and q[3] == wq.shape and np.array_equal(_read(q).view(np.int8), wq.ravel())
+            and np.array_equal(numpy_helper.to_array(s), scale))
 
 
 def _read(where: tuple[Path, int, int, tuple[int, ...]], start: int = 0, length: int | None = None) -> np.ndarray:
@@ -102,12 +123,20 @@ def _read(where: tuple[Path, int, int, tuple[int, ...]], start: int = 0, length:
     return np.fromfile(path, dtype=np.uint8, count=length, offset=offset + start)
 
 
-def weights_differing(full_dir: Path, prefix_dir: Path, embed: str, ids: list[int]) -> tuple[int, list[str]]:
+def weights_differing(full_dir: Path, prefix_dir: Path, embed: str, ids: list[int], *, onnx_file: str = "model.onnx",
+                      weight_levels: int | None = None) -> tuple[int, list[str]]:
     """(tensors compared, names that differ) between the prefix graph and the full export: every
-    prefix weight by name, the embedding's rows `ids`, and lm_head.npy's rows `ids`."""
-    full, small = _initializers(full_dir / "model.onnx"), _initializers(prefix_dir / "model.onnx")
+    prefix weight by name, the embedding's rows `ids`, and lm_head.npy's rows `ids`. An INT8 export
+    written from the source (`weight_levels`: its weights' levels) holds a quantized MatMul weight
+    as integers and scales: those must be the prefix's float weight quantized again."""
+    (full, inline), (small, _) = _initializers(full_dir / onnx_file), _initializers(prefix_dir / "model.onnx")
     differ, compared = [], 0
     for name, where in small.items():
+        if name not in full and weight_levels is not None and f"{name}_quantized" in full:
+            compared += 1
+            if not _same_integers(full, inline, name, where, weight_levels):
+                differ.append(f"{name} (int8)")
+            continue
         if name not in full:
             differ.append(f"{name} (not in the full export)")
             continue
@@ -128,9 +157,11 @@ def weights_differing(full_dir: Path, prefix_dir: Path, embed: str, ids: list[in
 
 
 def run_prefix_check(out_dir: Path, spec: Any, source: Any, architecture: dict[str, Any], plan: CheckPlan,
-                     *, log=print, opset: int = 18) -> dict[str, Any]:
+                     *, log=print, opset: int = 18, onnx_file: str = "model.onnx",
+                     weight_levels: int | None = None) -> dict[str, Any]:
     """The self-check of the builder export in `out_dir` on a prefix model (the module docstring);
-    returns the manifest's `self_check`, with `prefix` saying what was checked."""
+    returns the manifest's `self_check`, with `prefix` saying what was checked. `onnx_file`,
+    `weight_levels`: an INT8 export written from the source (weights_differing)."""
     import gc
 
     from .builder import _lm_head_name
@@ -155,7 +186,8 @@ def run_prefix_check(out_dir: Path, spec: Any, source: Any, architecture: dict[s
         np.save(scratch / "lm_head.npy", tensors.get(head, (len(ids), spec.hidden_size)))
         small_arch = dict(architecture, num_layers=n, vocab_size=len(ids))
         check = run_self_check(scratch, "model.onnx", small_arch, small_plan, refs, log=log)
-        compared, differ = weights_differing(out_dir, scratch, spec.embed, ids)
+        compared, differ = weights_differing(out_dir, scratch, spec.embed, ids, onnx_file=onnx_file,
+                                             weight_levels=weight_levels)
     if differ:
         check["failures"].append(f"weights: the full export's {', '.join(differ[:5])} differ from the checked prefix")
         check["passed"] = False

@@ -6,6 +6,9 @@ running out of disk half-way leaves a broken directory after minutes of work).
                   + 4 · V·H for lm_head.npy (the readout's rows; written even when tied)
     INT8 adds     = the INT8 graph's data: 1 byte per MatMul weight and the embedding kept in
                     float32, written while the float export still exists (scales: in the margin)
+    INT8 written straight from the source (int8/direct.py): no float32 graph; the INT8 graph's
+                    data (every down_proj float32), lm_head.npy, and one segment of the float
+                    reference at a time (int8/float_reference.py, SEGMENT_BYTES)
 """
 
 from __future__ import annotations
@@ -32,29 +35,38 @@ def layer_weights(spec: DecoderSpec, layer: Layer) -> tuple[int, int]:
     return matmul, vectors
 
 
-def export_bytes(spec: DecoderSpec, *, int8: bool = False) -> int:
-    """Bytes the export writes at its fullest (module docstring), with a 5 % margin."""
+def export_bytes(spec: DecoderSpec, *, int8: bool = False, direct: bool = False, segment_bytes: int = 0) -> int:
+    """Bytes the export writes at its fullest (module docstring), with a 5 % margin; `direct`: INT8
+    written straight from the source, whose float reference writes `segment_bytes` of float32
+    weights at a time (int8/float_reference.py's SEGMENT_BYTES, at least one layer)."""
     embed = spec.vocab_size * spec.hidden_size
     per_layer = [layer_weights(spec, layer) for layer in spec.layers]
     matmul = sum(m for m, _ in per_layer)
-    floats = embed + matmul + sum(v for _, v in per_layer) + spec.hidden_size
-    total = 4 * floats + 4 * embed  # model.onnx.data + lm_head.npy
+    vectors = sum(v for _, v in per_layer) + spec.hidden_size
+    if int8 and direct:
+        down = spec.num_layers * spec.hidden_size * spec.intermediate_size  # float32 in the INT8 graph
+        largest_layer = 4 * max(m + v for m, v in per_layer)
+        total = 4 * embed + (matmul - down) + 4 * down + 4 * vectors + 4 * embed + max(segment_bytes, largest_layer)
+        return int(total * MARGIN)
+    total = 4 * (embed + matmul + vectors) + 4 * embed  # model.onnx.data + lm_head.npy
     if int8:
         total += matmul + 4 * embed
     return int(total * MARGIN)
 
 
-def check_disk(out_dir: Path, spec: DecoderSpec, *, int8: bool = False) -> int:
+def check_disk(out_dir: Path, spec: DecoderSpec, *, int8: bool = False, direct: bool = False,
+               segment_bytes: int = 0) -> int:
     """Refuse (ExportError, before anything is written) when `out_dir`'s file system has less free
-    space than the export needs; returns the bytes needed."""
-    need = export_bytes(spec, int8=int8)
+    space than the export needs (export_bytes); returns the bytes needed."""
+    need = export_bytes(spec, int8=int8, direct=direct, segment_bytes=segment_bytes)
     probe = Path(out_dir)
     while not probe.exists():  # the directory may not exist yet: its nearest existing parent's disk
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if free < need:
         raise ExportError(
-            f"{out_dir}: this export writes about {need / 1e9:.2f} GB ({'float32 + INT8' if int8 else 'float32'}, "
+            f"{out_dir}: this export writes about {need / 1e9:.2f} GB "
+            f"({('INT8' if direct else 'float32 + INT8') if int8 else 'float32'}, "
             f"{spec.num_layers} layers, hidden {spec.hidden_size}, vocab {spec.vocab_size}) and its file system has "
             f"{free / 1e9:.2f} GB free: free some space or export to another directory (--out)")
     return need

@@ -11,7 +11,12 @@
   each MatMul as MatMulRewrite says;
 - u8u8.py: write_u8u8_graph, the same integers for CPUs whose u8·s8 kernel saturates;
 - drift.py: the drift probe, its comparison and the runtime's load check;
-- pipeline.py: quantize_export, from a float32 export to an installed (or refused) INT8 one.
+- pipeline.py: quantize_export, from a float32 export to an installed (or refused) INT8 one;
+- direct_writer.py: Int8GraphWriter, the graph builder's writer that quantizes each MatMul weight
+  as it is read from the source;
+- float_reference.py: the float32 probe tables from the builder's graph, a segment of layers at a time;
+- direct.py: INT8 straight from the source (the builder's export with the default options): no
+  float32 export on disk, never the whole float model in memory.
 
 Variants it does not write (per-tensor activations, float32 channels, the four ops forced) are
 studies: export/studies/int8_variants.py.
