@@ -369,6 +369,11 @@ def test_reading_a_bf16_tensor_holds_no_full_size_temporary(tmp_path, monkeypatc
     {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 3.0},
     {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 32768},  # Qwen2.5's
+    {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+     "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 1.0},
+    {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 2048,
+     "attention_factor": 1.25, "truncate": False},
 ])
 def test_rope_inverse_frequencies_match_transformers(params, head_dim):
     """Our inverse frequencies equal transformers' own rope init functions bit for bit: an ulp of
@@ -383,8 +388,10 @@ def test_rope_inverse_frequencies_match_transformers(params, head_dim):
     if params["rope_type"] == "default":
         ref, _ = tf.models.llama.modeling_llama.LlamaRotaryEmbedding.compute_default_rope_parameters(config)
     else:
-        ref, _ = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, "cpu")
-    np.testing.assert_array_equal(inv_freq(params, head_dim).inv_freq, ref.numpy())
+        ref, factor = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, "cpu")
+    ours = inv_freq(params, head_dim)
+    np.testing.assert_array_equal(ours.inv_freq, ref.numpy())
+    assert ours.attention_factor == (1.0 if params["rope_type"] == "default" else factor)
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -412,3 +419,20 @@ def test_too_little_disk_is_refused_before_anything_is_written(spread_folders, t
     with pytest.raises(ExportError, match=r"writes about .* GB .* 0\.00 GB free: free some space"):
         export_model(spread_folders["llama"], out, builder="on", progress=False)
     assert not (out / "model.onnx.data").exists() and not (out / "lm_head.npy").exists()
+
+
+def test_yarn_rope_graph_equals_traced_graph(tmp_path):
+    """A Qwen2 with YaRN (scaled and blended inverse frequencies, cos and sin times its mscale):
+    the builder's graph against the traced one, and the builder export's own self-check."""
+    yarn = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64}
+    folder = save_tiny_model("qwen2", tmp_path / "src", spread_vectors=True, config_overrides={"rope_parameters": yarn})
+    out = {}
+    for mode, flag in (("traced", "off"), ("builder", "on")):
+        out[mode] = export_model(folder, tmp_path / mode, name="tiny-yarn", progress=False, builder=flag)
+    assert out["builder"]["self_check"]["passed"] and out["builder"]["export"]["graph"] == "builder"
+    errors = compare_graphs(tmp_path / "builder" / "model.onnx", tmp_path / "traced" / "model.onnx")
+    assert max(errors.values()) <= TOL, errors
+    # not vacuous: without the yarn scaling the graph is another one
+    plain = save_tiny_model("qwen2", tmp_path / "plain", spread_vectors=True)
+    export_model(plain, tmp_path / "plain-out", progress=False, builder="on")
+    assert max(compare_graphs(tmp_path / "plain-out" / "model.onnx", tmp_path / "traced" / "model.onnx").values()) > 1e-3

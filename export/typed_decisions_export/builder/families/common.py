@@ -56,7 +56,8 @@ def llama_layer(i: int, *, bias: bool = False, qk_norm: bool = False, prefix: st
 
 def rope_for(config: dict[str, Any], head_dim: int, layer_type: str | None = None):
     params = rope_parameters(config, layer_type)
-    return inv_freq(params, head_dim, float(config.get("partial_rotary_factor") or 1.0))
+    return inv_freq(params, head_dim, float(config.get("partial_rotary_factor") or 1.0),
+                    config.get("max_position_embeddings"))
 
 
 def layers(config: dict[str, Any], window: int | None, head_dim: int, **names: Any) -> tuple[Layer, ...]:
