@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from export_cache import Lazy as LazyDict
 from export_cache import cached_export
 from tiny_models import save_tiny_model
 
@@ -31,6 +32,14 @@ def tiny_folders(tmp_path_factory) -> dict[str, Path]:
             return path
 
     return Lazy()
+
+
+@pytest.fixture(scope="session")
+def spread_folders(tmp_path_factory):
+    """arch -> tiny HF folder with spread norm weights and biases (the builder's and direct INT8's
+    oracle tests; tests copy a folder before they change it)."""
+    root = tmp_path_factory.mktemp("spread")
+    return LazyDict(lambda arch: save_tiny_model(arch, root / arch, spread_vectors=True))
 
 
 @pytest.fixture(scope="session")

@@ -37,13 +37,6 @@ from typed_decisions_export.ort_backbone import OrtBackbone
 
 TOL = 1e-5
 @pytest.fixture(scope="module")
-def spread_folders(tmp_path_factory):
-    """arch -> tiny HF folder with spread norm weights and biases."""
-    root = tmp_path_factory.mktemp("spread")
-    return Lazy(lambda arch: save_tiny_model(arch, root / arch, spread_vectors=True))
-
-
-@pytest.fixture(scope="module")
 def pairs(spread_folders, tmp_path_factory):
     """arch -> {"traced": (dir, manifest), "builder": (dir, manifest)}, each passing its self-check."""
     root = tmp_path_factory.mktemp("builder_pairs")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from export_cache import STATES, Lazy
 from td_invariance import request, vector
-from tiny_models import ARCHES, save_tiny_model
+from tiny_models import ARCHES
 from typed_decisions_export import (
     QuantizationError,
     SelfCheckError,
@@ -37,9 +37,9 @@ INT8_FILES = ("model.int8.onnx", "model.int8.u8u8.onnx")
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    root = tmp_path_factory.mktemp("direct_src")
-    return Lazy(lambda arch: save_tiny_model(arch, root / arch, spread_vectors=True))
+def folders(spread_folders):
+    """arch -> tiny HF folder with spread norm weights and biases (conftest.py)."""
+    return spread_folders
 
 
 @pytest.fixture(scope="module")
