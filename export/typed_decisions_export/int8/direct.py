@@ -29,7 +29,7 @@ from .drift import load_check
 from .float_reference import SEGMENT_BYTES, probe_tables, segments
 from .matmul_rewrite import MatMulRewrite
 from .options import Int8Options
-from .pipeline import Int8Plan, _record, judge, probe_set, refusal
+from .pipeline import Int8Plan, _record, graphs_for, judge, probe_set, refusal
 from .smoothquant import SMOOTH_TARGET, SmoothingPlan, excluded_nodes
 from .u8u8 import write_u8u8_graph
 
@@ -79,7 +79,7 @@ def write_int8_backbone(spec: Any, source: Any, out_dir: Path, options: Int8Opti
     if len(float_nodes) != len(writer.float_matmuls):  # the builder's scopes name each down_proj as the traced graph does
         raise ValueError(f"{len(writer.float_matmuls)} MatMul weights kept float32 but {len(float_nodes)} "
                          f"{SMOOTH_TARGET} MatMuls found by their scopes")
-    graphs = None if fmt.exact_without_vnni else {"u8s8": INT8_ONNX_FILE, "u8u8": INT8_U8U8_ONNX_FILE}
+    graphs = graphs_for(fmt)
     if graphs is not None:
         write_u8u8_graph(out_onnx, Path(out_dir) / graphs["u8u8"])
     plan = Int8Plan(options, SmoothingPlan(None, float_nodes=float_nodes, float_modules=float_modules),

@@ -73,8 +73,13 @@ def decide(src_onnx: Path, options: Int8Options, tok: Any, facts: dict[str, Any]
     levels, and whether the u8·u8 twin is written (8-bit weights: u8·s8 saturates without VNNI/AMX)."""
     smoothing, fmt = plan_down_proj(src_onnx, options, tok, facts, log), options.integer_format
     two_level = frozenset(smoothing.smoothed_inputs) if options.down_levels == 2 else frozenset()
-    graphs = None if fmt.exact_without_vnni else {"u8s8": INT8_ONNX_FILE, "u8u8": INT8_U8U8_ONNX_FILE}
-    return Int8Plan(options, smoothing, MatMulRewrite(fmt, two_level), graphs, "per_token", fmt.describe())
+    return Int8Plan(options, smoothing, MatMulRewrite(fmt, two_level), graphs_for(fmt), "per_token", fmt.describe())
+
+
+def graphs_for(fmt: Any) -> dict[str, str] | None:
+    """The manifest's `graphs` for an IntegerFormat: the u8·s8 graph and its u8·u8 twin, or None
+    (one graph exact on every CPU)."""
+    return None if fmt.exact_without_vnni else {"u8s8": INT8_ONNX_FILE, "u8u8": INT8_U8U8_ONNX_FILE}
 
 
 def probe_set(export_dir: Path, facts: dict[str, Any], arch: dict[str, Any]) -> tuple[Any, Probe, list[list[int]]]:
