@@ -88,6 +88,7 @@ def run_segmented(spec: Any, tensors: Any, runs: list[Run], scratch: Path, *, bu
     index = {t: j for j, t in enumerate(vocab)}
     sliced = VocabSlice(tensors, {spec.embed}, vocab)
     children = {r.parent for r in runs if r.parent is not None}
+    ids = [np.vectorize(index.__getitem__, otypes=[np.int64])(r.ids) for r in runs]  # in the sliced vocabulary
     xs: list[np.ndarray | None] = [None] * len(runs)
     parts = segments(spec, budget)
     kv, d = spec.num_kv_heads, spec.head_dim
@@ -103,8 +104,7 @@ def run_segmented(spec: Any, tensors: Any, runs: list[Run], scratch: Path, *, bu
                 batch = run.ids.shape[0]
                 past = (presents[run.parent] if run.parent is not None
                         else [np.zeros((batch, kv, 0, d), np.float32) for _ in range(2 * (b - a))])
-                ids = np.vectorize(index.__getitem__, otypes=[np.int64])(run.ids)
-                x, *present = session.run(None, _feeds(session, spec, run, ids, xs[r], past))
+                x, *present = session.run(None, _feeds(session, spec, run, ids[r], xs[r], past))
                 xs[r] = x
                 if r in children:
                     presents[r] = present
