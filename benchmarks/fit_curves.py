@@ -200,7 +200,7 @@ def main() -> int:
     cache = FeatureCache(out.with_suffix(".features.npz"))  # what each row read, so a re-fit never re-reads
     rng = np.random.default_rng(0)
     results: dict[str, Any] = {}
-    for name in args.datasets.split(","):
+    for name in harness.datasets_or_exit(args.datasets):
         t0 = time.perf_counter()
         cal = load_dataset(name, "calibration")
         spec = cal.question

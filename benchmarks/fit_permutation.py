@@ -44,7 +44,7 @@ def main() -> int:
     load_start = os.getloadavg()
     decider = Decider.load(args.model, threads=args.threads)
     results: dict[str, Any] = {}
-    for name in args.datasets.split(","):
+    for name in harness.datasets_or_exit(args.datasets):
         cal = load_dataset(name, "calibration")
         spec = cal.question
         if spec.type != "choice":

