@@ -129,6 +129,54 @@ def test_parse_convention_speeches_keeps_long_ones_and_cuts_them():
         ps.parse_convention_speeches(b"party,speaker,text\ngreen,A,hello\n")
 
 
+def test_parse_debates_2016_keeps_the_candidates_longer_turns():
+    import gzip
+
+    long_turn = "we will  build   the economy\n for every family in this country"  # 10 words, odd spacing
+    text = ("speaker,statement,debate,party\n"
+            f"HOLT,Welcome to the first debate of the season everyone here tonight,1st,Moderator\n"
+            f'TRUMP,"{long_turn}",1st,Republican\n'
+            "CLINTON,Wrong.,1st,Democratic\n"
+            f'KAINE,"{long_turn} too",VP,Democratic\n')
+    rows = ps.parse_debates_2016(gzip.compress(text.encode()))
+    assert [(r["gold"], r["debate"]) for r in rows] == [("trump", "1st"), ("kaine", "VP")]
+    assert rows[0]["state"] == " ".join(long_turn.split())  # whitespace normalised, words unchanged
+    assert {n for n, _ in ps.DEBATE_SPEAKERS.values()} == set(ds.DATASETS["debates-2016"].question.option_names)
+    with pytest.raises(ValueError, match="row 2: .*unknown speaker 'SANDERS'"):
+        ps.parse_debates_2016(gzip.compress(b"speaker,statement,debate,party\nSANDERS,x,1st,Democratic\n"))
+
+
+def _rt_file(films, reviews_per_film):
+    lines = ["category,filename,text,movie_name"]
+    for f in films:
+        lines.append(f'plot,p-{f},"The plot of {f}, in which things happen.",{f}')
+        lines += [f"fresh,r-{f}-{i},Review {i} of {f} says it is fine.,{f}" for i in range(reviews_per_film)]
+    return bz2.compress("\n".join(lines).encode())
+
+
+def test_parse_plot_review_pairs_each_review_with_its_own_or_another_films_plot():
+    films = ["alpha", "beta", "gamma", "delta"]
+    rows = ps.parse_plot_review(_rt_file(films, 60))
+    assert len(rows) == 4 * 60
+    reviews = [(f, f"Review {i} of {f} says it is fine.") for f in films for i in range(60)]  # file order
+    for r, (film, review) in zip(rows, reviews, strict=True):
+        assert r["film"] == film
+        # the rule, recomputed here from its documented formula
+        h = hashlib.sha256(f"typed-decisions/plot-review/pair\0{r['film']}\0{review}".encode()).hexdigest()
+        others = [f for f in sorted(films) if f != r["film"]]
+        want = r["film"] if int(h[0], 16) % 2 == 0 else others[int(h[1:9], 16) % 3]
+        assert r["against"] == want and r["gold"] == ("yes" if want == r["film"] else "no")
+        assert r["state"] == f"Plot summary of a film: The plot of {want}, in which things happen."
+        assert f'"{review}"' in r["question"]
+    yes = sum(r["gold"] == "yes" for r in rows)
+    assert 90 <= yes <= 150  # about half match (240 rows; a fair coin lands here with p > 0.999)
+    assert len({r["against"] for r in rows if r["gold"] == "no"}) == 4  # every film's plot is used against others
+    with pytest.raises(ValueError, match="'omega' has reviews but no plot"):
+        ps.parse_plot_review(bz2.compress(b"category,filename,text,movie_name\nfresh,f,Nice.,omega\n"))
+    with pytest.raises(ValueError, match="row 3: a second plot for 'alpha'"):
+        ps.parse_plot_review(bz2.compress(b"category,filename,text,movie_name\nplot,a,P.,alpha\nplot,b,Q.,alpha\n"))
+
+
 def _bigbench(examples):
     return json.dumps({"name": "t", "examples": examples}).encode()
 
@@ -222,7 +270,11 @@ REAL_COUNTS = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344,
                "rotten-tomatoes": (4866, 4863, 1489, 3374), "hutto-nyt": (5190, 5111, 1540, 3571),
                "hutto-amazon": (3708, 3696, 1114, 2582), "trec-fine": (15452, 5380, 1563, 3817),
                "convention-speeches": (62, 62, 19, 43), "causal-judgment": (190, 186, 46, 140),
-               "vitaminc": (54668, 54668, 16601, 38067)}
+               "vitaminc": (54668, 54668, 16601, 38067), "debates-2016": (488, 483, 148, 335),
+               "plot-review": (4866, 4864, 1427, 3437)}
+
+
+PLOT_REVIEW_YES = 2395  # of 4,866 reviews, set against their own film's plot (the rest: another film's)
 
 
 def test_every_dataset_has_pinned_counts():
@@ -252,6 +304,10 @@ def test_real_dataset_fetches_parses_and_splits(name):
         assert sum(r["gold"] == "yes" for r in raw) == 638
     if name == "convention-speeches":
         assert min(r["words"] for r in everything.rows) >= ps.SPEECH_MIN_WORDS
+    if name == "debates-2016":
+        assert min(len(r["state"].split()) for r in everything.rows) >= ps.DEBATE_MIN_WORDS
+    if name == "plot-review":
+        assert sum(r["gold"] == "yes" for r in raw) == PLOT_REVIEW_YES and len({r["against"] for r in raw}) == 156
 
 
 def test_a_row_question_goes_into_instructions_and_the_passage_stays_the_state():

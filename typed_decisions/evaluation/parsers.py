@@ -283,3 +283,88 @@ def parse_vitaminc(data: bytes) -> list[Row]:
         rows.append({"state": passage.strip(), "question": VITAMINC_QUESTION.format(claim=claim.strip()),
                      "claim": claim.strip(), "gold": gold.lower()})
     return rows
+
+
+DEBATE_SPEAKERS = {  # the transcript's speaker → (option name, description); moderators are not options
+    "CLINTON": ("clinton", "Hillary Clinton, the Democratic presidential nominee"),
+    "TRUMP": ("trump", "Donald Trump, the Republican presidential nominee"),
+    "KAINE": ("kaine", "Tim Kaine, the Democratic vice-presidential nominee"),
+    "PENCE": ("pence", "Mike Pence, the Republican vice-presidential nominee"),
+}
+DEBATE_MIN_WORDS = 10  # shorter turns ("Wrong.", "Thank you.") say nothing about who speaks
+
+
+def parse_debates_2016(data: bytes) -> list[Row]:
+    r"""gzip CSV ``speaker,statement,debate,party,...`` of the 2016 presidential and vice-presidential
+    debates → {state: a candidate's turn, gold: the candidate, debate}; moderators' turns and turns
+    shorter than DEBATE_MIN_WORDS are dropped.
+
+    >>> import gzip
+    >>> text = "speaker,statement,debate,party\nHOLT,Good evening and welcome to all of you here,1st,Moderator\n"
+    >>> text += 'PENCE,"Well, I want to thank the commission and the university for this,",VP,Republican\nKAINE,No.,VP,Democratic\n'
+    >>> parse_debates_2016(gzip.compress(text.encode()))
+    [{'state': 'Well, I want to thank the commission and the university for this,', 'gold': 'pence', 'debate': 'VP'}]
+    """
+    import gzip
+
+    rows = []
+    for n, r in enumerate(csv.DictReader(io.StringIO(gzip.decompress(data).decode("utf-8"))), 2):
+        if r.get("party") == "Moderator":
+            continue
+        if r.get("speaker") not in DEBATE_SPEAKERS:
+            raise ValueError(f"presidential_debates_2016.csv row {n}: a candidate's turn by an unknown speaker "
+                             f"{r.get('speaker')!r}; known: {', '.join(DEBATE_SPEAKERS)}")
+        text = " ".join(r["statement"].split())
+        if len(text.split()) >= DEBATE_MIN_WORDS:
+            rows.append({"state": text, "gold": DEBATE_SPEAKERS[r["speaker"]][0], "debate": r["debate"]})
+    return rows
+
+
+PLOT_PASSAGE = "Plot summary of a film: {plot}"
+PLOT_REVIEW_QUESTION = "A critic's review: \"{review}\"\nIs this review about the film whose plot is summarised above?"
+
+
+def parse_plot_review(data: bytes) -> list[Row]:
+    r"""Rotten Tomatoes plots and critics' snippets (the ``rotten-tomatoes`` file, 156 films, each with
+    one ``plot`` row and ~31 reviews) → a yes/no question about a passage: {state: a film's plot,
+    question: a review, gold: "yes" if the review is of that film}. Every review is asked once,
+    against its own film's plot or against another film's, each by a hash of (film, review):
+
+        h       = sha256("typed-decisions/plot-review/pair\0" + film + "\0" + review)
+        gold    = "yes" if h[0] is even, else "no"
+        against = its own film,  or  the other films sorted by name, the (int(h[1:9]) mod n−1)-th
+
+    so about half the rows match, the pairing never depends on file order, and the plot a review is
+    set against differs from review to review.
+
+    >>> text = "category,filename,text,movie_name\nplot,p1,A dog saves a town.,dog\nplot,p2,Two spies fall in love.,spy\n"
+    >>> text += "fresh,f1,The dog is a star.,dog\nrotten,r1,Spies and kisses bore.,spy\n"
+    >>> [(r["film"], r["against"], r["gold"]) for r in parse_plot_review(bz2.compress(text.encode()))]
+    [('dog', 'dog', 'yes'), ('spy', 'spy', 'yes')]
+    """
+    import hashlib
+
+    plots: dict[str, str] = {}
+    reviews: list[tuple[str, str]] = []
+    for n, r in enumerate(csv.DictReader(io.StringIO(bz2.decompress(data).decode("utf-8"))), 2):
+        text, film = " ".join(r["text"].split()), r["movie_name"]
+        if not text:
+            continue
+        if r["category"] == "plot":
+            if film in plots:
+                raise ValueError(f"rotten_tomatoes_corpus.csv row {n}: a second plot for {film!r}")
+            plots[film] = text
+        else:
+            reviews.append((film, text))
+    films = sorted(plots)
+    rows = []
+    for film, review in reviews:
+        if film not in plots:
+            raise ValueError(f"rotten_tomatoes_corpus.csv: the film {film!r} has reviews but no plot")
+        h = hashlib.sha256(f"typed-decisions/plot-review/pair\0{film}\0{review}".encode()).hexdigest()
+        others = [f for f in films if f != film]
+        against = film if int(h[0], 16) % 2 == 0 else others[int(h[1:9], 16) % len(others)]
+        rows.append({"state": PLOT_PASSAGE.format(plot=plots[against]),
+                     "question": PLOT_REVIEW_QUESTION.format(review=review),
+                     "gold": "yes" if against == film else "no", "film": film, "against": against})
+    return rows
