@@ -116,7 +116,8 @@ def main_fit(argv: list[str]) -> int:
                    help="rows to fit on (default: 'calibration' of a dataset, 'all' of a --data file)")
     p.add_argument("--limit", type=int, default=None, help="fit on the first N rows of the split (fixed hash order)")
     p.add_argument("--test-limit", type=int, default=0, help="also score head and zero-shot on N test-split rows")
-    p.add_argument("--rotations", type=int, default=1, help="choice: read each row under R option orders")
+    p.add_argument("--rotations", type=int, default=None,
+                   help="choice: read each row under R cyclic option orders (default: every rotation, at most 8)")
     p.add_argument("--components", type=int, default=256, help="PCA dimensions of the hidden state (default 256)")
     p.add_argument("--prior", default="rows", help="class prior of the head: 'rows' (the rows' frequencies, default), "
                                                    "'uniform', or one frequency per option, comma-separated, in option order")
