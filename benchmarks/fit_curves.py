@@ -52,7 +52,7 @@ from typed_decisions.fit import fit_head
 from typed_decisions.fitted import FittedHead
 
 DEFAULT_SETS = ("trec", "sms-spam", "hutto-tweets", "hutto-movies", "rotten-tomatoes", "hutto-nyt", "hutto-amazon",
-                "trec-fine", "causal-judgment", "vitaminc")
+                "trec-fine", "debates-2016", "plot-review")  # fetchable on a new machine (docs/evaluation.md)
 
 
 def scores(probs: np.ndarray, gold: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:

@@ -11,7 +11,7 @@ accuracy in the listed order. Each (row, order) is read once (``Decider.features
 state and the zero-shot probabilities) and every readout is computed from that one read, so the
 readouts are compared on the very same states and the run costs a third of asking each.
 
-    python -m benchmarks.fit_permutation --model DIR --datasets trec,rotten-tomatoes,vitaminc
+    python -m benchmarks.fit_permutation --model DIR --datasets trec,rotten-tomatoes,debates-2016
 
 writes benchmarks/results/fit_permutation/<model>-<cpuclass>-<date>.json (``harness.write_result``).
 """
@@ -35,7 +35,7 @@ from typed_decisions.evaluation.permutation import permutation_report
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
-    p.add_argument("--datasets", default="trec,rotten-tomatoes,vitaminc")
+    p.add_argument("--datasets", default="trec,rotten-tomatoes,debates-2016")
     p.add_argument("--k", type=int, default=32)
     p.add_argument("--test", type=int, default=60)
     p.add_argument("--perms", type=int, default=3)
