@@ -56,6 +56,32 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def combine(results: list[dict[str, Any]], names: list[str], ks: list[str], readout: str = "rows") -> dict[str, Any]:
+    """The mean over ``names`` of sets measured in different runs (``results``; a set is read from the
+    first file that has it), for zero-shot and the head at each k: accuracy, and the head's accuracy
+    minus zero-shot. A run's bootstrap resamples are not in its file, so the interval is the normal
+    approximation over independent sets: each set's standard error from its 95 % percentile interval,
+    ``se_i = (hi_i − lo_i) / (2·1.96)``, and ``mean ± 1.96·sqrt(Σ se_i²) / n``. Every set must be in a file."""
+    sets: dict[str, Any] = {}
+    for name in names:
+        found = [r["results"]["sets"][name] for r in results if name in r["results"]["sets"]]
+        if not found:
+            raise SystemExit(f"set {name!r} is in none of the result files")
+        sets[name] = found[0]
+
+    def mean_of(intervals: list[list[float]]) -> list[float]:
+        m = sum(v[0] for v in intervals) / len(intervals)
+        half = 1.96 * math.sqrt(sum(((v[2] - v[1]) / (2 * 1.96)) ** 2 for v in intervals)) / len(intervals)
+        return [round(m, 4), round(m - half, 4), round(m + half, 4)]
+
+    out: dict[str, Any] = {"sets": names, "zero_shot": mean_of([e["zero_shot"]["accuracy"] for e in sets.values()])}
+    for k in ks:
+        cells = [e["fitted"][readout][k] for e in sets.values()]
+        out[k] = {"accuracy": mean_of([c["accuracy"] for c in cells]),
+                  "accuracy_minus_zero_shot": mean_of([c["accuracy_minus_zero_shot"] for c in cells])}
+    return out
+
+
 def plot(result: dict[str, Any], path: Path, readouts: list[str] | None = None) -> None:
     import matplotlib
 
@@ -102,8 +128,15 @@ def main() -> None:
     p.add_argument("--png", type=Path, default=None)
     p.add_argument("--table", action="store_true")
     p.add_argument("--readouts", default=None, help="readouts to draw, comma-separated (default: all in the file)")
+    p.add_argument("--also", type=Path, action="append", default=[],
+                   help="more result files: with --sets, the mean over sets measured in several runs (combine)")
+    p.add_argument("--sets", default=None, help="the sets to average over, comma-separated (with --also)")
+    p.add_argument("--ks", default="8,32", help="the k of the combined mean")
     args = p.parse_args()
     result = json.loads(args.result.read_text(encoding="utf-8"))
+    if args.sets:
+        files = [result, *(json.loads(f.read_text(encoding="utf-8")) for f in args.also)]
+        print(json.dumps(combine(files, args.sets.split(","), args.ks.split(",")), indent=1))
     if args.table:
         print(table(result))
     if args.png:

@@ -64,3 +64,24 @@ def test_binned_ece_is_the_metrics_ece_and_the_floor_shrinks_with_rows():
     assert ece_floor(np.ones(50)) == 0.0
     small, large = ece_floor(np.full(60, 0.7)), ece_floor(np.full(6000, 0.7))
     assert 0.03 < small < 0.12 and large < small / 5
+
+
+def test_combine_averages_sets_from_several_runs_with_independent_errors():
+    from benchmarks.plot_fit_curves import combine
+
+    def cell(acc, lo, hi):
+        return {"accuracy": [acc, lo, hi], "accuracy_minus_zero_shot": [acc - 0.5, lo - 0.5, hi - 0.5]}
+
+    def run(sets):
+        return {"results": {"sets": {name: {"zero_shot": {"accuracy": [0.5, 0.4, 0.6]},
+                                            "fitted": {"rows": {"8": cell(*c)}}} for name, c in sets.items()}}}
+
+    a = run({"x": (0.7, 0.6, 0.8), "gone": (0.1, 0.0, 0.2)})
+    b = run({"y": (0.9, 0.88, 0.92), "x": (0.0, 0.0, 0.0)})  # x is read from the first file that has it
+    out = combine([a, b], ["x", "y"], ["8"])
+    half = 1.96 * np.sqrt((0.2 / 3.92) ** 2 + (0.04 / 3.92) ** 2) / 2  # by hand: se_i = width / (2 * 1.96)
+    assert out["8"]["accuracy"] == pytest.approx([0.8, 0.8 - half, 0.8 + half], abs=1e-4)
+    assert out["8"]["accuracy_minus_zero_shot"][0] == pytest.approx(0.3)
+    assert out["zero_shot"] == pytest.approx([0.5, 0.5 - 0.1 / np.sqrt(2), 0.5 + 0.1 / np.sqrt(2)], abs=1e-4)
+    with pytest.raises(SystemExit, match="'z' is in none"):
+        combine([a, b], ["x", "z"], ["8"])
