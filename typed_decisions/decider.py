@@ -332,9 +332,9 @@ class Decider:
         order under ``debias="canonical"`` (one prompt for every listing). A head read in the listed
         order only learns the places too: on the default model it flipped 42.5 % of binary answers
         when the two options were swapped, against 2.5 % fitted over both orders (docs/evaluation.md,
-        "Option order of fitted heads"). ``prior``: the class frequencies the head assumes where it answers — "rows" (the
-        rows' own), "uniform", or one frequency per option (when the rows were not sampled as the
-        answers occur, e.g. k per class); ``calibrate="temperature"`` divides the head's logits by the
+        "Option order of fitted heads"). ``prior``: the class frequencies the head assumes where it
+        answers — "rows" (the rows' own), "uniform", or one frequency per option (when the rows were
+        not sampled as the answers occur, e.g. k per class); ``calibrate="temperature"`` divides the head's logits by the
         temperature that fits its cross-validated predictions. Needs scikit-learn (``fit.py``); errors
         name the row and field."""
         q = self.parse_question(question)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import bz2
 import csv
+import gzip
+import hashlib
 import io
 import json
 import re
@@ -305,8 +307,6 @@ def parse_debates_2016(data: bytes) -> list[Row]:
     >>> parse_debates_2016(gzip.compress(text.encode()))
     [{'state': 'Well, I want to thank the commission and the university for this,', 'gold': 'pence', 'debate': 'VP'}]
     """
-    import gzip
-
     rows = []
     for n, r in enumerate(csv.DictReader(io.StringIO(gzip.decompress(data).decode("utf-8"))), 2):
         if r.get("party") == "Moderator":
@@ -342,8 +342,6 @@ def parse_plot_review(data: bytes) -> list[Row]:
     >>> [(r["film"], r["against"], r["gold"]) for r in parse_plot_review(bz2.compress(text.encode()))]
     [('dog', 'dog', 'yes'), ('spy', 'spy', 'yes')]
     """
-    import hashlib
-
     plots: dict[str, str] = {}
     reviews: list[tuple[str, str]] = []
     for n, r in enumerate(csv.DictReader(io.StringIO(bz2.decompress(data).decode("utf-8"))), 2):
