@@ -334,9 +334,9 @@ class Decider:
         when the two options were swapped, against 2.5 % fitted over both orders (docs/evaluation.md,
         "Option order of fitted heads"). ``prior``: the class frequencies the head assumes where it
         answers — "rows" (the rows' own), "uniform", or one frequency per option (when the rows were
-        not sampled as the answers occur, e.g. k per class); ``calibrate="temperature"`` divides the head's logits by the
-        temperature that fits its cross-validated predictions. Needs scikit-learn (``fit.py``); errors
-        name the row and field."""
+        not sampled as the answers occur, e.g. k per class); ``calibrate="temperature"`` divides the
+        head's logits by the temperature that fits its cross-validated predictions. Needs scikit-learn
+        (``fit.py``); errors name the row and field."""
         q = self.parse_question(question)
         classes = self.option_keys(q)
         gold = [self._row_answer(row, i, classes) for i, row in enumerate(rows)]

@@ -301,7 +301,6 @@ def parse_debates_2016(data: bytes) -> list[Row]:
     debates → {state: a candidate's turn, gold: the candidate, debate}; moderators' turns and turns
     shorter than DEBATE_MIN_WORDS are dropped.
 
-    >>> import gzip
     >>> text = "speaker,statement,debate,party\nHOLT,Good evening and welcome to all of you here,1st,Moderator\n"
     >>> text += 'PENCE,"Well, I want to thank the commission and the university for this,",VP,Republican\nKAINE,No.,VP,Democratic\n'
     >>> parse_debates_2016(gzip.compress(text.encode()))
@@ -314,9 +313,9 @@ def parse_debates_2016(data: bytes) -> list[Row]:
         if r.get("speaker") not in DEBATE_SPEAKERS:
             raise ValueError(f"presidential_debates_2016.csv row {n}: a candidate's turn by an unknown speaker "
                              f"{r.get('speaker')!r}; known: {', '.join(DEBATE_SPEAKERS)}")
-        text = " ".join(r["statement"].split())
-        if len(text.split()) >= DEBATE_MIN_WORDS:
-            rows.append({"state": text, "gold": DEBATE_SPEAKERS[r["speaker"]][0], "debate": r["debate"]})
+        words = r["statement"].split()
+        if len(words) >= DEBATE_MIN_WORDS:
+            rows.append({"state": " ".join(words), "gold": DEBATE_SPEAKERS[r["speaker"]][0], "debate": r["debate"]})
     return rows
 
 
@@ -360,8 +359,11 @@ def parse_plot_review(data: bytes) -> list[Row]:
         if film not in plots:
             raise ValueError(f"rotten_tomatoes_corpus.csv: the film {film!r} has reviews but no plot")
         h = hashlib.sha256(f"typed-decisions/plot-review/pair\0{film}\0{review}".encode()).hexdigest()
-        others = [f for f in films if f != film]
-        against = film if int(h[0], 16) % 2 == 0 else others[int(h[1:9], 16) % len(others)]
+        if int(h[0], 16) % 2 == 0:
+            against = film
+        else:
+            others = [f for f in films if f != film]
+            against = others[int(h[1:9], 16) % len(others)]
         rows.append({"state": PLOT_PASSAGE.format(plot=plots[against]),
                      "question": PLOT_REVIEW_QUESTION.format(review=review),
                      "gold": "yes" if against == film else "no", "film": film, "against": against})
