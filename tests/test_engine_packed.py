@@ -52,23 +52,27 @@ def test_packed_equals_unpacked_and_the_full_prompt_oracle(tiny_model_dir, tiny_
         np.testing.assert_allclose(got[q.name], oracle, atol=TOL, rtol=0)
 
 
-def test_thousand_letter_options(tiny_model_dir, tiny_torch):
-    """1,000 options: the label step is one or a few blocks. The oracle is transformers with its
-    own KV cache for the shared prompt (a full forward per trie node would take minutes here)."""
+def test_five_hundred_letter_options(tiny_model_dir, tiny_torch):
+    """500 options (two-letter labels, upper and lower case), packed: the label step is one tree
+    block after a ~3,700-token question. The oracle is transformers with its own KV cache for the
+    shared prompt (a full forward per trie node would take minutes here).
+
+    The cost is the two ~3,700-token prefills (ours, the oracle's): attention makes it grow with the
+    square of the option count, so 1,000 options took ~7 min on an AVX2 CPU (Zen 1) for no other
+    code path. That 1,000 options compile to distinct labels is tested in test_engine_scale.py;
+    packed = unpacked is held, with the same oracle, at 200 letter options above."""
     import copy
 
     import torch
 
     req = {"model": "m", "state": "I need p42.", "questions": {
-        "p": {"type": "choice", "criteria": {f"p{j}": None for j in range(1000)}}}}
+        "p": {"type": "choice", "criteria": {f"p{j}": None for j in range(500)}}}}
     d = Decider.from_dir(tiny_model_dir, threads=2)
     got = d.probabilities(req, label_mode="letters")["p"]
     assert d.engine.stats.packed_rows >= 1
-    d.engine.packed = False  # the state from the prefix cache, the labels as rows
-    ref = d.probabilities(req, label_mode="letters")["p"]
-    np.testing.assert_allclose(got, ref, atol=TOL, rtol=0)
 
     (q,) = compiled(d, req, "letters").questions
+    assert len(set(q.labels)) == 500
     prompt = list(compiled(d, req, "letters").prefix_ids + q.suffix_ids)
     with torch.no_grad():
         out = tiny_torch(input_ids=torch.tensor([prompt]), use_cache=True)
