@@ -7,7 +7,9 @@ read in the listed order only (``rotations=1``), and under every cyclic rotation
 under ``--perms`` random orders (evaluation.permutation: the same orders for every readout) and the
 flip rate (share of orders whose top option differs from the listed order's) and the mean total
 variation are reported for zero-shot, the listed-order head and the rotation head, with each one's
-accuracy in the listed order. Each (row, order) is read once (``Decider.features``: the hidden
+accuracy in the listed order, each with a 95 % percentile-bootstrap interval over the test rows
+(``--boot`` resamples, seed 0, the same for every readout, so each head's difference from zero-shot
+is paired), and the per-row values, so a later reading can combine runs. Each (row, order) is read once (``Decider.features``: the hidden
 state and the zero-shot probabilities) and every readout is computed from that one read, so the
 readouts are compared on the very same states and the run costs a third of asking each.
 
@@ -32,6 +34,16 @@ from typed_decisions.evaluation.fit import first_per_class, head_rows
 from typed_decisions.evaluation.permutation import permutation_report
 
 
+def interval(x: np.ndarray, idx: np.ndarray) -> list[float]:
+    """[mean of the per-row values x, 2.5 %, 97.5 %] over the bootstrap resamples idx (b, n) of the rows.
+
+    >>> interval(np.array([0.0, 1.0]), np.array([[0, 0], [1, 1], [0, 1]]))
+    [0.5, 0.025, 0.975]
+    """
+    means = x[idx].mean(axis=1)
+    return [round(float(x.mean()), 4), round(float(np.percentile(means, 2.5)), 4), round(float(np.percentile(means, 97.5)), 4)]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
@@ -39,6 +51,7 @@ def main() -> int:
     p.add_argument("--k", type=int, default=32)
     p.add_argument("--test", type=int, default=60)
     p.add_argument("--perms", type=int, default=3)
+    p.add_argument("--boot", type=int, default=1000, help="bootstrap resamples of the test rows")
     harness.common_args(p, threads=None)
     args = p.parse_args()
     load_start = os.getloadavg()
@@ -70,6 +83,8 @@ def main() -> int:
             return seen[key]
 
         entry: dict[str, Any] = {}
+        idx = np.random.default_rng(0).integers(0, len(test), size=(args.boot, len(test)))
+        per_row: dict[str, dict[str, np.ndarray]] = {}
         for label, head in [("zero-shot", None), *heads.items()]:
             flips, tvs, correct = [], [], []
             for n in range(len(test)):
@@ -82,9 +97,13 @@ def main() -> int:
                 flips.append(rep.flip_rate)
                 tvs.append(rep.mean_tv)
                 correct.append(int(np.argmax(rep.identity_probs)) == spec.gold_index(test[n], n))
-            entry[label] = {"flip_rate": round(float(np.mean(flips)), 4), "mean_tv": round(float(np.mean(tvs)), 4),
-                            "accuracy": round(float(np.mean(correct)), 4)}
-            print(f"{name} {label}: {entry[label]}", flush=True)
+            rows = {"flip_rate": np.array(flips), "mean_tv": np.array(tvs), "accuracy": np.array(correct, dtype=float)}
+            per_row[label] = rows
+            entry[label] = {m: interval(v, idx) for m, v in rows.items()}
+            if head is not None:
+                entry[label]["minus_zero_shot"] = {m: interval(v - per_row["zero-shot"][m], idx) for m, v in rows.items()}
+            entry[label]["_rows"] = {m: [round(float(x), 4) for x in v] for m, v in rows.items()}
+            print(f"{name} {label}: { {m: v for m, v in entry[label].items() if m != '_rows'} }", flush=True)
         results[name] = {"k": args.k, "test_rows": len(test), "perms": args.perms, **entry}
     path = harness.write_result("fit_permutation", decider.model_key, results, out=args.out, load_avg_start=load_start,
                                 command=harness.command("benchmarks.fit_permutation"))
