@@ -28,20 +28,21 @@ from typing import Any
 import numpy as np
 
 from benchmarks import harness
+from benchmarks.fit_curves import interval
 from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import load_dataset
 from typed_decisions.evaluation.fit import first_per_class, head_rows
 from typed_decisions.evaluation.permutation import permutation_report
 
 
-def interval(x: np.ndarray, idx: np.ndarray) -> list[float]:
-    """[mean of the per-row values x, 2.5 %, 97.5 %] over the bootstrap resamples idx (b, n) of the rows.
+def row_interval(x: np.ndarray, idx: np.ndarray) -> list[float]:
+    """[mean of the per-row values x, 2.5 %, 97.5 %] over the bootstrap resamples idx (b, n) of the
+    rows (``fit_curves.interval``: the resamples' means, the all-rows mean last).
 
-    >>> interval(np.array([0.0, 1.0]), np.array([[0, 0], [1, 1], [0, 1]]))
+    >>> row_interval(np.array([0.0, 1.0]), np.array([[0, 0], [1, 1], [0, 1]]))
     [0.5, 0.025, 0.975]
     """
-    means = x[idx].mean(axis=1)
-    return [round(float(x.mean()), 4), round(float(np.percentile(means, 2.5)), 4), round(float(np.percentile(means, 97.5)), 4)]
+    return interval(np.append(x[idx].mean(axis=1), x.mean()))
 
 
 def main() -> int:
@@ -84,7 +85,7 @@ def main() -> int:
 
         entry: dict[str, Any] = {}
         idx = np.random.default_rng(0).integers(0, len(test), size=(args.boot, len(test)))
-        per_row: dict[str, dict[str, np.ndarray]] = {}
+        zero: dict[str, np.ndarray] = {}  # the zero-shot readout's per-row values, first in the loop
         for label, head in [("zero-shot", None), *heads.items()]:
             flips, tvs, correct = [], [], []
             for n in range(len(test)):
@@ -98,10 +99,11 @@ def main() -> int:
                 tvs.append(rep.mean_tv)
                 correct.append(int(np.argmax(rep.identity_probs)) == spec.gold_index(test[n], n))
             rows = {"flip_rate": np.array(flips), "mean_tv": np.array(tvs), "accuracy": np.array(correct, dtype=float)}
-            per_row[label] = rows
-            entry[label] = {m: interval(v, idx) for m, v in rows.items()}
-            if head is not None:
-                entry[label]["minus_zero_shot"] = {m: interval(v - per_row["zero-shot"][m], idx) for m, v in rows.items()}
+            entry[label] = {m: row_interval(v, idx) for m, v in rows.items()}
+            if head is None:
+                zero = rows
+            else:
+                entry[label]["minus_zero_shot"] = {m: row_interval(v - zero[m], idx) for m, v in rows.items()}
             entry[label]["_rows"] = {m: [round(float(x), 4) for x in v] for m, v in rows.items()}
             print(f"{name} {label}: { {m: v for m, v in entry[label].items() if m != '_rows'} }", flush=True)
         results[name] = {"k": args.k, "test_rows": len(test), "perms": args.perms, **entry}
