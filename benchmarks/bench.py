@@ -36,7 +36,9 @@ INT8 (and fp32) prefill (session profiling), peak RSS per phase, the load averag
     python -m benchmarks.bench --model tiny --workloads W5 --peers ours --w5-clients 16 --w5-requests 4
 
 Peers live in ``peers/``, the requests in ``workloads.py``, timing and the result writer in
-``harness.py``. The result file is written after every measurement (``"partial": true`` until the
+``harness.py``, the exports run (fp32, INT8 sibling, GGUF) in ``exports.py``, the GEMM peaks and the
+prefill profile in ``peaks.py``, W5 in ``w5.py``, the ratios line and the table in ``report.py``;
+this file holds the phases of one run and their order. The result file is written after every measurement (``"partial": true`` until the
 run ends). The last line printed is one JSON object of ratios (peer median / ours median; > 1 =
 ours faster).
 """
@@ -48,12 +50,8 @@ import gc
 import json
 import os
 import resource
-import signal
 import sys
-import tempfile
-import threading
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -61,293 +59,17 @@ from typing import Any, Callable
 import numpy as np
 
 from benchmarks import harness
+from benchmarks.exports import make_int8, resolve_model
 from benchmarks.harness import RssSampler, interleaved, round_ratios, summarize, timed
+from benchmarks.peaks import backbone_params, matmul_peaks, profile_prefill
 from benchmarks.peers.free_text import generate_text, load_torch_model, parse_answer
 from benchmarks.peers.llama_cpp import LlamaCpp, import_llama_cpp
 from benchmarks.peers.reference import Reference, probabilities_from, readout_plan
-from benchmarks.workloads import w5_requests, warm_request, workloads
+from benchmarks.report import print_table, ratios
+from benchmarks.w5 import run_w5
+from benchmarks.workloads import warm_request, workloads
 
-# --------------------------------------------------------------------------- model files
-
-
-def resolve_model(arg: str) -> tuple[Path, Path | None, Path | None]:
-    """(fp32 export dir, int8 export dir or None, GGUF or None) for a catalogue name or a directory.
-
-    A catalogue name uses ``exports/<name>`` or the newest test fixture ``exports/test-<name>-*``,
-    exporting the fp32 model if neither exists. The INT8 variant is ``<fp32 dir>-int8`` or the
-    fixture's ``test-<name>-int8-<hash>``; it is made with ``quantize_export`` when missing.
-    """
-    from typed_decisions.models import cache_dir, model_path, resolve
-
-    exports = cache_dir() / "exports"
-    if Path(arg).expanduser().is_dir():
-        fp32 = Path(arg).expanduser().resolve()
-        name = json.loads((fp32 / "manifest.json").read_text())["name"].removeprefix("test-")
-        try:
-            spec = resolve(name)
-        except Exception:
-            spec = None
-    else:
-        spec = resolve(arg)
-        fixtures = sorted((p for p in exports.glob(f"test-{spec.name}-*")
-                           if "-int8-" not in p.name and (p / "manifest.json").is_file()),
-                          key=lambda p: -p.stat().st_mtime)
-        found = [p for p in [exports / spec.name, *fixtures] if (p / "manifest.json").is_file()]
-        with_int8 = [p for p in found if _int8_of(p)]
-        if found:
-            fp32 = (with_int8 or found)[0]
-        else:
-            from typed_decisions_export import export_model
-
-            from typed_decisions.models import pull
-
-            fp32 = exports / spec.name
-            export_model(pull(spec.name), fp32, name=spec.name)
-    gguf = None
-    if spec is not None:
-        p = model_path(spec.name)
-        gguf = p if p.is_file() else None
-    int8 = _int8_of(fp32)
-    return fp32, int8, gguf
-
-
-def _int8_of(fp32: Path) -> Path | None:
-    """The INT8 sibling of an fp32 export: ``<dir>-int8`` or, for fixtures, ``test-<name>-int8-<hash>``."""
-    candidates = [fp32.parent / f"{fp32.name}-int8"]
-    if fp32.name.startswith("test-"):
-        stem, _, h = fp32.name.rpartition("-")
-        candidates.append(fp32.parent / f"{stem}-int8-{h}")
-    return next((c for c in candidates if (c / "manifest.json").is_file()), None)
-
-
-def make_int8(fp32: Path) -> tuple[Path, str | None]:
-    """Quantize ``fp32`` into ``<dir>-int8``; if the drift probe refuses, force it and say so."""
-    from typed_decisions_export import QuantizationError, quantize_export
-
-    out = fp32.parent / f"{fp32.name}-int8"
-    try:
-        quantize_export(fp32, out)
-        return out, None
-    except QuantizationError as e:
-        quantize_export(fp32, out, force=True)
-        return out, f"forced (speed only): {e}"
-
-
-def backbone_params(onnx_path: Path, vocab: int) -> int:
-    """Weights of the backbone's matmuls: 2-D initializers except the (vocab, H) embedding."""
-    import onnx
-
-    m = onnx.load(str(onnx_path), load_external_data=False)
-    return sum(int(np.prod(t.dims)) for t in m.graph.initializer if len(t.dims) == 2 and vocab not in t.dims)
-
-
-# --------------------------------------------------------------------------- peaks and profiles
-
-
-def gemm_size(t_quarter: float, n: int, budget_s: float) -> int:
-    """The largest of n, n/2 whose GEMM fits ``budget_s`` by the time of one at n/4 (cubic in the
-    size), else n/4.
-
-    >>> gemm_size(0.01, 2048, 2.0), gemm_size(0.1, 2048, 2.0), gemm_size(3.0, 2048, 2.0)
-    (2048, 1024, 512)
-    """
-    return next((m for m in (n, n // 2) if t_quarter * (m / (n // 4)) ** 3 <= budget_s), n // 4)
-
-
-def matmul_peaks(threads: int, n: int = 2048, reps: int = 3, budget_s: float = 2.0) -> dict[str, dict[str, float]]:
-    """GFLOP/s of n×n×n GEMMs: torch fp32/bf16/int8 (torch._int_mm) and ORT MatMul / int8 MatMul.
-
-    A kernel the CPU only emulates (torch bf16 without AVX-512 BF16 or AMX runs at ~0.1 GFLOP/s on
-    AVX2: one 2048³ GEMM takes minutes) is measured on a smaller square: each kernel is first timed
-    once at n/4, and measured at the largest of n, n/2, n/4 whose call that probe says fits
-    ``budget_s``. A native kernel is fast enough for n everywhere measured; the size used is
-    reported beside each peak ({name: {"gflops", "n"}}), so a peak from a smaller GEMM is visible."""
-    import onnxruntime as ort
-    import torch
-    from onnx import TensorProto, helper
-
-    torch.set_num_threads(threads)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-
-    def ort_session(nodes: list[Any], size: int, weights: list[Any]) -> Any:
-        g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [size, size])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [size, size])], weights)
-        return ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
-                                    opts, providers=["CPUExecutionProvider"])
-
-    def ort_fp32(size: int) -> Callable[[], Any]:
-        w = np.random.randn(size, size).astype(np.float32)
-        s = ort_session([helper.make_node("MatMul", ["A", "W"], ["Y"])], size,
-                        [helper.make_tensor("W", TensorProto.FLOAT, [size, size], w.ravel())])
-        x = np.random.randn(size, size).astype(np.float32)
-        return lambda: s.run(None, {"A": x})
-
-    def ort_int8_dynamic(size: int) -> Callable[[], Any]:
-        # What quantize_dynamic emits (DynamicQuantizeLinear + MatMulInteger, fused by ORT into
-        # DynamicQuantizeMatMul): float activations quantized per call, int8 per-column weights.
-        wq = np.random.randint(-127, 127, (size, size)).astype(np.int8)
-        s = ort_session(
-            [helper.make_node("DynamicQuantizeLinear", ["A"], ["Aq", "As", "Az"]),
-             helper.make_node("MatMulInteger", ["Aq", "Wq", "Az", "Wz"], ["Yi"]),
-             helper.make_node("Cast", ["Yi"], ["Yf"], to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["As", "Ws"], ["S"]),
-             helper.make_node("Mul", ["Yf", "S"], ["Y"])], size,
-            [helper.make_tensor("Wq", TensorProto.INT8, [size, size], wq.ravel().tobytes(), raw=True),
-             helper.make_tensor("Wz", TensorProto.INT8, [size], np.zeros(size, np.int8).tobytes(), raw=True),
-             helper.make_tensor("Ws", TensorProto.FLOAT, [size], np.full(size, 0.01, np.float32))])
-        x = np.random.randn(size, size).astype(np.float32)
-        return lambda: s.run(None, {"A": x})
-
-    def torch_mm(dtype: Any) -> Callable[[int], Callable[[], Any]]:
-        def make(size: int) -> Callable[[], Any]:
-            if dtype is torch.int8:
-                a, b = (torch.randint(-127, 127, (size, size), dtype=torch.int8) for _ in range(2))
-                return lambda: torch._int_mm(a, b)
-            a, b = (torch.randn(size, size).to(dtype) for _ in range(2))
-            return lambda: a @ b
-        return make
-
-    def seconds(fn: Callable[[], Any]) -> float:
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
-
-    def peak(make: Callable[[int], Callable[[], Any]]) -> dict[str, float]:
-        probe = make(n // 4)
-        probe()                                                    # first call: allocation, packing
-        t_probe = seconds(probe)
-        size = gemm_size(t_probe, n, budget_s)
-        fn = probe
-        if size != n // 4:
-            fn = make(size)
-            fn()                                                   # its first call, untimed
-        best = min(seconds(fn) for _ in range(reps))
-        return {"gflops": round(2 * size ** 3 / best / 1e9, 1), "n": size}
-
-    return {"torch_fp32": peak(torch_mm(torch.float32)), "torch_bf16": peak(torch_mm(torch.bfloat16)),
-            "torch_int8": peak(torch_mm(torch.int8)), "ort_fp32": peak(ort_fp32),
-            "ort_int8_dynamic": peak(ort_int8_dynamic)}
-
-
-def profile_prefill(export_dir: Path, ids: list[int], threads: int) -> dict[str, Any]:
-    """ORT session profiling of one prefill: share of node time per op type (after one warm-up)."""
-    import onnxruntime as ort
-
-    from typed_decisions.artifacts import load_artifacts
-    from typed_decisions.engine import Backbone
-
-    art = load_artifacts(export_dir, verify=False)
-    bb = Backbone(art, threads=threads, providers=["CPUExecutionProvider"])
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.enable_profiling = True
-    with tempfile.TemporaryDirectory() as d:
-        opts.profile_file_prefix = str(Path(d) / "prof")
-        bb.session = ort.InferenceSession(str(art.onnx_path), opts, providers=["CPUExecutionProvider"])
-        bb.run([ids], bb.empty())
-        t0 = time.perf_counter()
-        bb.run([ids], bb.empty())
-        wall = time.perf_counter() - t0
-        events = json.loads(Path(bb.session.end_profiling()).read_text())
-    per_op: dict[str, float] = defaultdict(float)
-    count: dict[str, int] = defaultdict(int)
-    for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            per_op[e["args"]["op_name"]] += e["dur"] / 1e6
-            count[e["args"]["op_name"]] += 1
-    total = sum(per_op.values()) / 2  # two runs were profiled
-    ops = sorted(per_op, key=lambda k: -per_op[k])
-    del bb
-    gc.collect()
-    return {"tokens": len(ids), "second_run_wall_s": round(wall, 4),
-            "op_types_by_time": [{"op": k, "share": round(per_op[k] / 2 / total, 4), "nodes": count[k] // 2}
-                                 for k in ops[:12]]}
-
-
-# --------------------------------------------------------------------------- W5
-
-W5_TIMEOUT_S = 600  # per HTTP request
-
-
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)  # unwinds through the `with Server` blocks, which stop the servers
-
-
-def run_w5(args: argparse.Namespace, export_dir: Path, dtype: str, mode: str, tok: Any, model_name: str,
-           R: dict[str, Any], save: Callable[[], Any]) -> None:
-    """W5: the same N = ``--w5-clients`` × ``--w5-requests`` requests (``w5_requests``) answered
-
-    1. ``sequential``: one by one in-process (``Decider.run``; the baseline, and the expected answers);
-    2. ``http_batched``: by ``--w5-clients`` concurrent clients (client ``i`` sends requests
-       ``i·R … i·R + R - 1`` in order over its own keep-alive connection) against ``typed-decisions
-       serve --max-batch 8 --max-wait-ms 5`` (micro-batching on, load.py's ``batched``);
-    3. ``http_unbatched``: the same against ``--max-batch 1``.
-
-    Same export, label mode and ONNX Runtime threads everywhere. Each system first answers one
-    untimed W1 request (a state none of the N shares). Every HTTP answer is compared with the
-    in-process one (load.py's ``differences``: numbers within ``--w5-atol``, the rest exactly).
-    Each server is a subprocess on a free loopback port, stopped when its phase ends, error or not
-    (a SIGTERM to this script included). Latency: per request (client side for HTTP);
-    throughput: N / wall time of the phase."""
-    import httpx
-
-    # load.py: the server subprocess, the clients, the comparison
-    from benchmarks import load as load_bench
-    from typed_decisions.decider import Decider
-
-    clients, per = args.w5_clients, args.w5_requests
-    n = clients * per
-    reqs = w5_requests(tok, model_name, n)
-    warm = {**workloads(tok)["W1"], "model": model_name}  # first-run allocations, untimed; W1's state is not among reqs
-    schedule = [[i * per + j for j in range(per)] for i in range(clients)]
-    common = {"dtype": dtype, "mode": mode, "threads": args.threads, "clients": clients,
-              "requests_per_client": per, "requests": n}
-    W5 = R.setdefault("W5", {})
-
-    dec = Decider.load(export_dir, label_mode=mode, threads=args.threads)
-    dec.run(warm)
-    latency, expected = [], []
-    t0 = time.perf_counter()
-    for r in harness._progress(reqs, f"W5 sequential {dtype} {mode}"):
-        t = time.perf_counter()
-        body = dec.run(r).model_dump(mode="json")
-        latency.append(time.perf_counter() - t)
-        expected.append(json.loads(json.dumps(body)))  # what a client decodes
-    wall = time.perf_counter() - t0
-    W5["sequential"] = {**summarize(latency), **common, "wall_s": round(wall, 3),
-                        "throughput_rps": round(n / wall, 3)}
-    print(f"W5 sequential: {n} requests in {wall:.2f} s", file=sys.stderr, flush=True)
-    save()
-    del dec
-    gc.collect()
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main_thread else None
-    try:
-        for config, max_batch, max_wait_ms in load_bench.CONFIGS:
-            server = load_bench.Server(export_dir, name=f"w5-{config}", threads=args.threads, max_batch=max_batch,
-                                       max_wait_ms=max_wait_ms, labels=mode)
-            with server:
-                httpx.post(server.url + "/v1/systemone", json=warm, headers=load_bench.HEADERS,
-                           timeout=W5_TIMEOUT_S).raise_for_status()
-                phase = load_bench.concurrent_clients(server.url, reqs, expected, schedule, atol=args.w5_atol,
-                                                      timeout_s=W5_TIMEOUT_S)
-            r = load_bench.summary(phase)
-            W5[f"http_{config}"] = {**(summarize(phase["latency"]) if phase["latency"] else {}), **common,
-                                    "max_batch": max_batch, "max_wait_ms": max_wait_ms, **r,
-                                    "server_exit": server.exit_code, "server_log": str(server.log_path)}
-            print(f"W5 http_{config}: {r['ok']}/{n} ok in {r['wall_s']:.2f} s, {r['errors']} errors, "
-                  f"{r['mismatches']} answers differ from sequential (max |Δ| {r['max_abs_diff_vs_sequential']:.1e}), "
-                  f"{r['requests_per_engine_call']} requests per engine call", file=sys.stderr, flush=True)
-            save()
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-# --------------------------------------------------------------------------- main
+# --------------------------------------------------------------------------- arguments
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -765,95 +487,6 @@ def main(argv: list[str] | None = None) -> int:
         run_w5(args, w5_dir, run.w5_dtype, mode0, run.tok, run.res["model"], run.res["results"], run.save_partial)
     finish(run, names_mode, t_start)
     return 0
-
-
-def ratios(res: dict[str, Any], mode: str) -> dict[str, Any]:
-    """Peer median / ours median (> 1: ours faster); ours = fp32 and int8, ``mode`` labels, cache off.
-
-    W5: ``W5/<a>/<b>`` = wall time of system ``a`` / wall time of ``b`` for the same N requests
-    (> 1: ``b`` faster), plus each HTTP configuration's error count and whether all its answers
-    equal the in-process sequential ones."""
-    R = res["results"]
-    out: dict[str, Any] = {"model": res["model"], "load_avg": round(max(res["load_avg_start"][0], res["load_avg_end"][0]), 2)}
-
-    def med(wl: str, system: str) -> float | None:
-        r = R.get(wl, {}).get(system)
-        return r.get("median_s") if r else None
-
-    for wl in R:
-        for dtype in ("fp32", "int8"):
-            ours = med(wl, f"ours_{dtype}_{mode}_cache-off")
-            if not ours:
-                continue
-            for peer in ("reference", "reference_estimated", "free_text", "llama_cpp", "llama_cpp_prefix-reuse"):
-                m = med(wl, peer)
-                if m:
-                    out[f"{wl}/{peer}/ours_{dtype}"] = round(m / ours, 2)
-    for dtype in ("fp32", "int8"):
-        for cache in ("off", "warm"):
-            a, b = med("W4", f"ours_{dtype}_{mode}_cache-{cache}"), med("W4-5", f"ours_{dtype}_{mode}_cache-{cache}")
-            if a and b:
-                out[f"W4_over_W4-5/ours_{dtype}_{mode}_cache-{cache}"] = round(a / b, 2)
-            a, b = med("W4", f"ours_{dtype}_letters_cache-{cache}"), med("W4-5", f"ours_{dtype}_letters_cache-{cache}")
-            if a and b and mode != "letters":
-                out[f"W4_over_W4-5/ours_{dtype}_letters_cache-{cache}"] = round(a / b, 2)
-    for wl in R:  # tree blocks: the same requests with every node a row / with the engine's default
-        for system in [k for k in R[wl] if k.endswith("_unpacked")]:
-            a, b = med(wl, system), med(wl, system[: -len("_unpacked")])
-            if a and b:
-                out[f"{wl}/packed_speedup/{system[: -len('_unpacked')]}"] = round(a / b, 2)
-    w5 = R.get("W5", {})
-    for a, b in (("sequential", "http_batched"), ("sequential", "http_unbatched"), ("http_unbatched", "http_batched")):
-        if w5.get(a, {}).get("wall_s") and w5.get(b, {}).get("wall_s"):  # the same N requests
-            out[f"W5/{a}/{b}"] = round(w5[a]["wall_s"] / w5[b]["wall_s"], 2)
-    for b in ("http_batched", "http_unbatched"):
-        if b in w5:
-            out[f"W5/{b}/errors"] = w5[b]["errors"]
-            out[f"W5/{b}/all_equal_sequential"] = w5[b]["all_equal_sequential"]
-    for wl, entry in res.get("interleaved", {}).items():  # the same round's times: peer / ours
-        for key, rs in entry["ratio_per_round"].items():
-            out[f"{wl}/interleaved/{key}"] = round(float(np.median(rs)), 2)
-    pf, peaks = res.get("prefill", {}), res.get("matmul_peaks_gflops", {})
-    # Fraction of the physical limit: (tokens computed × FLOP per token) / time, over the GEMM peak of
-    # the dtype measured in the same run (INT8 exports keep down_proj float32, so their true limit
-    # lies between the int8 and the fp32 peak: against the int8 peak the fraction is a lower bound).
-    peak = {"fp32": max(peaks.get("torch_fp32", 0), peaks.get("ort_fp32", 0)),
-            "int8": max(peaks.get("torch_int8", 0), peaks.get("ort_int8_dynamic", 0))}
-    for wl in R:
-        for system, r in R[wl].items():
-            dtype = next((t for t in ("fp32", "int8") if system.startswith(f"ours_{t}_")), None)
-            if dtype and peak[dtype] and r.get("prefill_gflops"):
-                out[f"{wl}/of_limit/{system}"] = round(r["prefill_gflops"] / peak[dtype], 2)
-    for dtype, p in res.get("prefill_w4_prompt", {}).items():  # W4 total / the prefill of its own prompt
-        w4 = med("W4", f"ours_{dtype}_{mode}_cache-off")
-        if w4 and p.get("median_s"):
-            out[f"W4_over_its_prompt_prefill/ours_{dtype}"] = round(w4 / p["median_s"], 2)
-    if "fp32" in pf and "int8" in pf:
-        out["prefill_int8_over_fp32"] = round(pf["int8"]["gflops"] / pf["fp32"]["gflops"], 2)
-    if "fp32" in pf:
-        out["prefill_fp32_of_peak"] = round(pf["fp32"]["gflops"] / max(peaks["torch_fp32"], peaks["ort_fp32"]), 2)
-    if "int8" in pf:
-        out["prefill_int8_of_peak"] = round(pf["int8"]["gflops"] / max(peaks["torch_int8"], peaks["ort_int8_dynamic"]), 2)
-    return out
-
-
-def print_table(res: dict[str, Any]) -> None:
-    print(f"\n{res['model']}  threads={res['threads']}  trials={res['trials']}  load {res['load_avg_start']} → "
-          f"{res['load_avg_end']}", file=sys.stderr)
-    print(f"{'workload':8} {'system':40} {'median s':>9} {'p95 s':>8} {'computed':>9} {'logical':>8} {'GFLOP/s':>8}",
-          file=sys.stderr)
-    for wl, systems in res["results"].items():
-        for name, r in systems.items():
-            if "median_s" not in r:
-                continue
-            print(f"{wl:8} {name:40} {r['median_s']:9.3f} {r.get('p95_s', float('nan')):8.3f} "
-                  f"{r.get('tokens_computed', ''):>9} {r.get('tokens_logical', ''):>8} {r.get('prefill_gflops', ''):>8}",
-                  file=sys.stderr)
-    for wl, entry in res.get("interleaved", {}).items():
-        medians = {k: round(v["median_s"], 3) for k, v in entry.items() if isinstance(v, dict) and "median_s" in v}
-        print(f"{wl:8} interleaved medians {medians}, peer/ours per round {entry['ratio_per_round']}", file=sys.stderr)
-    print("prefill", res.get("prefill"), "\npeaks", res.get("matmul_peaks_gflops"), "\nrss MB", res.get("peak_rss_mb"),
-          "\nskipped", res.get("skipped"), file=sys.stderr)
 
 
 if __name__ == "__main__":

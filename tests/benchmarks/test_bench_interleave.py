@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import bench, harness
+from benchmarks import harness, report
 
 
 class DriftingMachine:
@@ -54,5 +54,5 @@ def test_round_ratios_refuses_unequal_rounds():
 def test_the_ratios_line_reports_the_median_of_the_rounds():
     res = {"model": "m", "load_avg_start": [1.0], "load_avg_end": [1.5], "results": {},
            "interleaved": {"W1": {"ratio_per_round": {"llama_cpp_prefix-reuse/ours_int8": [1.9, 1.5, 1.7, 3.0]}}}}
-    out = bench.ratios(res, "names")
+    out = report.ratios(res, "names")
     assert out["W1/interleaved/llama_cpp_prefix-reuse/ours_int8"] == 1.8
