@@ -17,6 +17,8 @@ cumulative-logit head (``+ordinal``, ``fit_ordinal.py``); and in-context few-sho
 rows (``--shots``: k rows per class shown as examples, at most ``--max-shots``). Each ECE comes with
 its floor (``ece_floor``): what a perfectly calibrated readout with the same probabilities would
 show on this many test rows (60 rows, 10 bins: typically 0.05-0.08), so an ECE is read against it.
+The four multinomial readouts (either prior, with or without ``+T``) share one regression and its
+CV: each k fits once and the others are derived exactly (``prior_variants``).
 
 What each row read is cached by row (``<out>.features.npz``): re-scoring, more rows per class or
 more test rows read only what was not read before.
@@ -48,11 +50,30 @@ from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import load_dataset
 from typed_decisions.evaluation.fit import first_per_class, head_rows
 from typed_decisions.evaluation.metrics import accuracy, ece, nll
-from typed_decisions.fit import fit_head
+from typed_decisions.fit import HeadFit, fit_head
 from typed_decisions.fitted import FittedHead
 
 DEFAULT_SETS = ("trec", "sms-spam", "hutto-tweets", "hutto-movies", "rotten-tomatoes", "hutto-nyt", "hutto-amazon",
                 "trec-fine", "debates-2016", "plot-review")  # fetchable on a new machine (docs/evaluation.md)
+
+
+def prior_variants(fit: HeadFit, counts: np.ndarray, prior: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(weights, bias) of the readouts ``rows``, ``split``, ``rows+T``, ``split+T`` from one
+    ``fit_head(prior="rows", calibrate="temperature")`` with balanced class weights: the four share
+    the regression (W, b), its CV and the temperature T fitted on the CV predictions, and differ only
+    in the division by T and the prior's bias shift (``typed_decisions/fit.py``):
+
+        +T:    W/T, b/T + s_π           no T:  W, b + s_π          s_π = log π − log(1/C)
+
+    with π the rows' class frequencies ``counts / n`` or ``prior`` (normalised). The fit holds
+    W/T and b/T + s_rows, so W = T·W_fit and b = T·(b_fit − s_rows); fitting each readout anew gives
+    the same arrays to rounding (tests/benchmarks/test_fit_curves.py), at a quarter of the cost."""
+    t, c = fit.temperature, counts.size
+    s_rows = np.log(counts / counts.sum()) - np.log(1.0 / c)
+    s_split = np.log(prior / prior.sum()) - np.log(1.0 / c)
+    w_t, b_t = fit.weights, fit.bias - s_rows
+    return {"rows+T": (w_t, b_t + s_rows), "split+T": (w_t, b_t + s_split),
+            "rows": (w_t * t, b_t * t + s_rows), "split": (w_t * t, b_t * t + s_split)}
 
 
 def scores(probs: np.ndarray, gold: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:
@@ -193,6 +214,9 @@ def main() -> int:
     args = p.parse_args()
     load_start = os.getloadavg()
     heads = args.heads.split(",")
+    known = {"rows", "split", "rows+T", "split+T", "rows+ordinal", "split+ordinal"}
+    if not set(heads) <= known:
+        p.error(f"--heads: unknown readout(s) {sorted(set(heads) - known)}; known: {sorted(known)}")
     ks = [int(k) for k in args.ks.split(",")]
     shot_ks = [int(k) for k in args.shots.split(",") if k]
     decider = Decider.load(args.model, threads=args.threads)
@@ -229,7 +253,7 @@ def main() -> int:
                 "shots": len(shots), **{m: interval(v) for m, v in s.items()}, "ece_floor": round(ece_floor(p_fs.max(axis=1)), 4),
                 "accuracy_minus_zero_shot": interval(s["accuracy"] - zero["accuracy"]),
                 "_boot": {m: v.tolist() for m, v in s.items()}, "_top": top1(p_fs, y_te)}
-        last = None
+        last, fits = None, {}
         for readout in heads:
             prior, _, variant = readout.partition("+")
             if variant == "ordinal" and spec.type != "score":
@@ -249,17 +273,20 @@ def main() -> int:
                     predict, l2 = fit_ordinal(h_tr[sub], p_tr[sub], y_tr[sub], components=args.components)
                     probs, extra = predict(h_te, p_te), {"l2": l2}
                 else:
-                    fit = fit_head(h_tr[sub], p_tr[sub], y_tr[sub], components=args.components,
-                                   prior="rows" if prior == "rows" else split_prior,
-                                   calibrate="temperature" if variant == "T" else "none")
+                    if k not in fits:  # one regression, CV and temperature for the four readouts
+                        fits[k] = fit_head(h_tr[sub], p_tr[sub], y_tr[sub], components=args.components,
+                                           prior="rows", calibrate="temperature")
+                    fit = fits[k]
+                    weights, bias = prior_variants(fit, counts, split_prior)[readout]
                     head = FittedHead(question_type=spec.type, classes=decider.option_keys(decider.parse_question(q)),
                                       model=decider.model_key, export_sha256=decider.export_sha256,
                                       prompt_sha256=decider.prompt_sha256(q, own_instructions=own),
                                       own_instructions=own, rows_sha256="-",
                                       labels=resolve_label_mode(spec.type, decider.label_mode),
-                                      mean=fit.mean, scale=fit.scale, weights=fit.weights, bias=fit.bias)
+                                      mean=fit.mean, scale=fit.scale, weights=weights, bias=bias)
                     probs = head.probabilities(h_te, p_te)
-                    extra = {"l2": fit.l2, "components": fit.components, "temperature": round(fit.temperature, 4)}
+                    extra = {"l2": fit.l2, "components": fit.components,
+                             "temperature": round(fit.temperature if variant == "T" else 1.0, 4)}
                     last = head if last is None else last
                 s = scores(probs, y_te, idx)
                 entry["fitted"][readout][str(k)] = {

@@ -85,3 +85,25 @@ def test_combine_averages_sets_from_several_runs_with_independent_errors():
     assert out["zero_shot"] == pytest.approx([0.5, 0.5 - 0.1 / np.sqrt(2), 0.5 + 0.1 / np.sqrt(2)], abs=1e-4)
     with pytest.raises(SystemExit, match="'z' is in none"):
         combine([a, b], ["x", "z"], ["8"])
+
+
+def test_the_four_multinomial_readouts_derived_from_one_fit_equal_fitting_each():
+    """prior_variants: rows / split prior, with and without the CV temperature, from one
+    fit_head(prior="rows", calibrate="temperature") equal fit_head called for each (the oracle)."""
+    pytest.importorskip("sklearn", reason="the [fit] extra")
+    from typed_decisions.fit import fit_head
+
+    rng = np.random.default_rng(3)
+    n, hdim, c = 90, 12, 3
+    y = np.repeat(np.arange(c), [40, 30, 20])                      # unbalanced: the rows' prior is not uniform
+    h = rng.normal(size=(n, hdim)) + np.eye(c, hdim)[y] * 1.5
+    p = rng.dirichlet(np.ones(c), size=n)
+    counts, split = np.bincount(y, minlength=c), np.array([5.0, 3.0, 12.0])
+    base = fit_head(h, p, y, components=8, prior="rows", calibrate="temperature")
+    assert abs(base.temperature - 1.0) > 1e-3                       # else +T and no T could not differ
+    got = fit_curves.prior_variants(base, counts, split)
+    for readout, (prior, calibrate) in {"rows": ("rows", "none"), "split": (split, "none"),
+                                        "rows+T": ("rows", "temperature"), "split+T": (split, "temperature")}.items():
+        want = fit_head(h, p, y, components=8, prior=prior, calibrate=calibrate)
+        np.testing.assert_allclose(got[readout][0], want.weights, rtol=1e-9, atol=1e-12, err_msg=readout)
+        np.testing.assert_allclose(got[readout][1], want.bias, rtol=1e-9, atol=1e-12, err_msg=readout)
