@@ -82,6 +82,20 @@ def combine(results: list[dict[str, Any]], names: list[str], ks: list[str], read
     return out
 
 
+def combined_result(results: list[dict[str, Any]], names: list[str], ks: list[str],
+                    readout: str = "rows") -> dict[str, Any]:
+    """A result document for ``plot`` from several runs: the sets ``names`` (each from the first
+    file that has it), the head ``readout`` only, and as the mean the ``combine`` of them."""
+    mean = combine(results, names, ks, readout)
+    sets = {}
+    for name in names:
+        e = next(r["results"]["sets"][name] for r in results if name in r["results"]["sets"])
+        sets[name] = {**e, "fitted": {readout: e["fitted"][readout]}, "few_shot": {}}
+    return {"model": results[0]["model"], "machine": results[0]["machine"],
+            "results": {"sets": sets, "mean": {"zero_shot": {"accuracy": mean["zero_shot"]},
+                                               readout: {k: mean[k] for k in ks}}}}
+
+
 def plot(result: dict[str, Any], path: Path, readouts: list[str] | None = None) -> None:
     import matplotlib
 
@@ -130,13 +144,15 @@ def main() -> None:
     p.add_argument("--readouts", default=None, help="readouts to draw, comma-separated (default: all in the file)")
     p.add_argument("--also", type=Path, action="append", default=[],
                    help="more result files: with --sets, the mean over sets measured in several runs (combine)")
-    p.add_argument("--sets", default=None, help="the sets to average over, comma-separated (with --also)")
+    p.add_argument("--sets", default=None, help="the sets to average over, comma-separated (with --also); "
+                                                "--png then draws these sets and their combined mean")
     p.add_argument("--ks", default="8,32", help="the k of the combined mean")
     args = p.parse_args()
     result = json.loads(args.result.read_text(encoding="utf-8"))
     if args.sets:
         files = [result, *(json.loads(f.read_text(encoding="utf-8")) for f in args.also)]
         print(json.dumps(combine(files, args.sets.split(","), args.ks.split(",")), indent=1))
+        result = combined_result(files, args.sets.split(","), args.ks.split(","))  # what --png draws
     if args.table:
         print(table(result))
     if args.png:

@@ -87,6 +87,27 @@ def test_combine_averages_sets_from_several_runs_with_independent_errors():
         combine([a, b], ["x", "z"], ["8"])
 
 
+def test_a_combined_result_draws_the_sets_and_their_combined_mean(tmp_path):
+    pytest.importorskip("matplotlib")
+    from benchmarks.plot_fit_curves import combine, combined_result, plot
+
+    def run(name, acc):
+        cell = {"accuracy": [acc, acc - 0.1, acc + 0.1], "accuracy_minus_zero_shot": [acc - 0.5, acc - 0.6, acc - 0.4]}
+        return {"model": "m", "machine": {"class": "avx2"},
+                "results": {"sets": {name: {"type": "choice", "options": 5, "test_rows": 60,
+                                            "zero_shot": {"accuracy": [0.5, 0.4, 0.6]},
+                                            "fitted": {"rows": {"8": cell, "128": cell}, "split": {"8": cell}}}}}}
+
+    runs = [run("a", 0.7), run("b", 0.9)]
+    doc = combined_result(runs, ["a", "b"], ["8", "128"])
+    assert list(doc["results"]["sets"]) == ["a", "b"]
+    assert list(doc["results"]["mean"]) == ["zero_shot", "rows"]          # the one readout combined
+    assert doc["results"]["mean"]["rows"]["128"] == combine(runs, ["a", "b"], ["8", "128"])["128"]
+    assert doc["results"]["mean"]["rows"]["8"]["accuracy"][0] == pytest.approx(0.8)
+    plot(doc, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
 def test_the_four_multinomial_readouts_derived_from_one_fit_equal_fitting_each():
     """prior_variants: rows / split prior, with and without the CV temperature, from one
     fit_head(prior="rows", calibrate="temperature") equal fit_head called for each (the oracle)."""
