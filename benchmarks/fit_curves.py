@@ -50,7 +50,7 @@ from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import load_dataset
 from typed_decisions.evaluation.fit import first_per_class, head_rows
 from typed_decisions.evaluation.metrics import accuracy, ece, nll
-from typed_decisions.fit import HeadFit, fit_head
+from typed_decisions.fit import HeadFit, fit_head, prior_shift
 from typed_decisions.fitted import FittedHead
 
 DEFAULT_SETS = ("trec", "sms-spam", "hutto-tweets", "hutto-movies", "rotten-tomatoes", "hutto-nyt", "hutto-amazon",
@@ -65,12 +65,11 @@ def prior_variants(fit: HeadFit, counts: np.ndarray, prior: np.ndarray) -> dict[
 
         +T:    W/T, b/T + s_π           no T:  W, b + s_π          s_π = log π − log(1/C)
 
-    with π the rows' class frequencies ``counts / n`` or ``prior`` (normalised). The fit holds
+    with π the rows' class frequencies ``counts`` or ``prior`` (``fit.prior_shift``). The fit holds
     W/T and b/T + s_rows, so W = T·W_fit and b = T·(b_fit − s_rows); fitting each readout anew gives
     the same arrays to rounding (tests/benchmarks/test_fit_curves.py), at a quarter of the cost."""
-    t, c = fit.temperature, counts.size
-    s_rows = np.log(counts / counts.sum()) - np.log(1.0 / c)
-    s_split = np.log(prior / prior.sum()) - np.log(1.0 / c)
+    t, uniform = fit.temperature, np.ones(counts.size)
+    s_rows, s_split = prior_shift(counts.astype(np.float64), uniform), prior_shift(prior, uniform)
     w_t, b_t = fit.weights, fit.bias - s_rows
     return {"rows+T": (w_t, b_t + s_rows), "split+T": (w_t, b_t + s_split),
             "rows": (w_t * t, b_t * t + s_rows), "split": (w_t * t, b_t * t + s_split)}
@@ -214,7 +213,7 @@ def main() -> int:
     args = p.parse_args()
     load_start = os.getloadavg()
     heads = args.heads.split(",")
-    known = {"rows", "split", "rows+T", "split+T", "rows+ordinal", "split+ordinal"}
+    known = {"rows", "split", "rows+T", "split+T", "rows+ordinal"}  # the ordinal head has no prior
     if not set(heads) <= known:
         p.error(f"--heads: unknown readout(s) {sorted(set(heads) - known)}; known: {sorted(known)}")
     ks = [int(k) for k in args.ks.split(",")]
@@ -255,7 +254,7 @@ def main() -> int:
                 "_boot": {m: v.tolist() for m, v in s.items()}, "_top": top1(p_fs, y_te)}
         last, fits = None, {}
         for readout in heads:
-            prior, _, variant = readout.partition("+")
+            variant = readout.partition("+")[2]
             if variant == "ordinal" and spec.type != "score":
                 continue
             entry["fitted"][readout] = {}

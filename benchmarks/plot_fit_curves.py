@@ -56,18 +56,21 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _first_with(results: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """Set ``name``'s entry in the first result file that has it."""
+    found = [r["results"]["sets"][name] for r in results if name in r["results"]["sets"]]
+    if not found:
+        raise SystemExit(f"set {name!r} is in none of the result files")
+    return found[0]
+
+
 def combine(results: list[dict[str, Any]], names: list[str], ks: list[str], readout: str = "rows") -> dict[str, Any]:
     """The mean over ``names`` of sets measured in different runs (``results``; a set is read from the
     first file that has it), for zero-shot and the head at each k: accuracy, and the head's accuracy
     minus zero-shot. A run's bootstrap resamples are not in its file, so the interval is the normal
     approximation over independent sets: each set's standard error from its 95 % percentile interval,
     ``se_i = (hi_i − lo_i) / (2·1.96)``, and ``mean ± 1.96·sqrt(Σ se_i²) / n``. Every set must be in a file."""
-    sets: dict[str, Any] = {}
-    for name in names:
-        found = [r["results"]["sets"][name] for r in results if name in r["results"]["sets"]]
-        if not found:
-            raise SystemExit(f"set {name!r} is in none of the result files")
-        sets[name] = found[0]
+    sets = {name: _first_with(results, name) for name in names}
 
     def mean_of(intervals: list[list[float]]) -> list[float]:
         m = sum(v[0] for v in intervals) / len(intervals)
@@ -89,7 +92,7 @@ def combined_result(results: list[dict[str, Any]], names: list[str], ks: list[st
     mean = combine(results, names, ks, readout)
     sets = {}
     for name in names:
-        e = next(r["results"]["sets"][name] for r in results if name in r["results"]["sets"])
+        e = _first_with(results, name)
         sets[name] = {**e, "fitted": {readout: e["fitted"][readout]}, "few_shot": {}}
     return {"model": results[0]["model"], "machine": results[0]["machine"],
             "results": {"sets": sets, "mean": {"zero_shot": {"accuracy": mean["zero_shot"]},
@@ -145,14 +148,14 @@ def main() -> None:
     p.add_argument("--also", type=Path, action="append", default=[],
                    help="more result files: with --sets, the mean over sets measured in several runs (combine)")
     p.add_argument("--sets", default=None, help="the sets to average over, comma-separated (with --also); "
-                                                "--png then draws these sets and their combined mean")
+                                                "--table and --png then show these sets and their combined mean")
     p.add_argument("--ks", default="8,32", help="the k of the combined mean")
     args = p.parse_args()
     result = json.loads(args.result.read_text(encoding="utf-8"))
     if args.sets:
         files = [result, *(json.loads(f.read_text(encoding="utf-8")) for f in args.also)]
         print(json.dumps(combine(files, args.sets.split(","), args.ks.split(",")), indent=1))
-        result = combined_result(files, args.sets.split(","), args.ks.split(","))  # what --png draws
+        result = combined_result(files, args.sets.split(","), args.ks.split(","))  # what --table and --png show
     if args.table:
         print(table(result))
     if args.png:

@@ -42,7 +42,8 @@ import numpy as np
 from .errors import InvalidRequestError
 from .fitted import LOG_FLOOR
 
-__all__ = ["HeadFit", "L2_GRID", "SKLEARN_HINT", "fit_head", "fit_temperature", "design", "check_rows_per_class"]
+__all__ = ["HeadFit", "L2_GRID", "SKLEARN_HINT", "fit_head", "fit_temperature", "prior_shift", "design",
+           "check_rows_per_class"]
 
 L2_GRID = tuple(float(c) for c in np.logspace(-4, 2, 7))  # inverse regularisation strengths tried
 SKLEARN_HINT = "fitting a head needs scikit-learn: pip install 'typed-decisions-runtime[fit]'"
@@ -110,6 +111,16 @@ def design(hidden: np.ndarray, probs: np.ndarray, components: int
     with np.errstate(divide="ignore"):
         lp = np.maximum(np.log(probs), LOG_FLOOR)                             # (n, C)
     return mean, scale, v, np.concatenate([lp, z @ v.T], axis=1)
+
+
+def prior_shift(prior: np.ndarray, trained: np.ndarray) -> np.ndarray:
+    """log π − log π_trained: what moves the bias of a head fitted under the class frequencies
+    ``trained`` to answer under ``prior`` (both normalised here).
+
+    >>> [round(float(x), 6) for x in prior_shift(np.array([2.0, 1.0, 1.0]), np.ones(3))]
+    [0.405465, -0.287682, -0.287682]
+    """
+    return np.log(prior / prior.sum()) - np.log(trained / trained.sum())
 
 
 def fit_temperature(held: np.ndarray, y: np.ndarray, shift: np.ndarray) -> float:
@@ -186,18 +197,17 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
     weights = np.concatenate([coef[:, :n_classes], coef[:, n_classes:] @ v], axis=1)   # (C, C + H)
     bias = np.array(intercept, dtype=np.float64)
     temperature = 1.0
+    trained = np.ones(n_classes) if cw is not None else counts.astype(np.float64)  # the frequencies fitted under
     if calibrate == "temperature" and held_best:
-        shift = np.log(counts / n) - np.log(1.0 / n_classes) if cw is not None else np.zeros(n_classes)
-        temperature = fit_temperature(held_best[0], held_best[1], shift)
+        temperature = fit_temperature(held_best[0], held_best[1], prior_shift(counts.astype(np.float64), trained))
         weights, bias = weights / temperature, bias / temperature
     if not isinstance(prior, str):
         pi = np.asarray(prior, dtype=np.float64)
         if pi.shape != (n_classes,) or np.any(pi <= 0):
             raise ValueError(f"prior: {n_classes} class frequencies > 0, got {list(pi)}")
-        trained = np.full(n_classes, 1.0 / n_classes) if cw is not None else counts / n
-        bias = bias + np.log(pi / pi.sum()) - np.log(trained)
+        bias = bias + prior_shift(pi, trained)
     elif cw is not None and prior == "rows":
-        bias = bias + np.log(counts / n) - np.log(1.0 / n_classes)
+        bias = bias + prior_shift(counts.astype(np.float64), trained)
     return HeadFit(mean=mean, scale=scale, weights=weights, bias=bias, components=v.shape[0], l2=best_c, folds=k if k >= 2 else 0,
                    temperature=temperature,
                    cv_accuracy=cv_acc, cv_nll=cv_nll, zero_shot_accuracy=float(np.mean(p.argmax(1) == y)),
