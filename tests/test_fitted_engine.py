@@ -190,6 +190,44 @@ def test_fit_command_writes_a_preset_that_presets_answer_uses(tiny_model_dir, tm
     assert "row 15: gold label 'legal' is not an option" in capsys.readouterr().err and not bad.exists()
 
 
+def test_the_readmes_fit_and_serve_commands_run_as_written(tiny_model_dir, tiny_decider, tmp_path, capsys,
+                                                           monkeypatch):
+    """The README's two fit commands, read from it and run on the tiny model: the example rows and
+    spec it names exist and fit into a preset, and the served preset answers with that head."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from typed_decisions.cli import main
+    from typed_decisions.server import create_app
+    from typed_decisions.server.main import serve_parser, settings_from_args
+
+    root = Path(__file__).resolve().parents[1]
+    section = (root / "README.md").read_text().split("### Fit a question on your own labelled rows", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    commands = {line.split()[1]: shlex.split(line.split("#")[0])[1:] for line in block.splitlines()
+                if line.startswith("typed-decisions ")}
+    assert set(commands) == {"fit", "serve"}
+    monkeypatch.chdir(tmp_path)  # team.json lands where the user stands; the examples are the checkout's
+
+    def here(args):
+        args = [str(tiny_model_dir) if a == "default" else a for a in args]
+        return [str(root / a) if a.startswith("examples/") else a for a in args]
+
+    assert main(here(commands["fit"]) + ["-q"]) == 0
+    printed = capsys.readouterr().out
+    assert "30 rows {'billing': 10, 'technical': 10, 'sales': 10}" in printed and "preset: team.json (team v1)" in printed
+    head_id = re.search(r"fitted head (sha256:[0-9a-f]{12})", printed).group(1)
+    settings = settings_from_args(serve_parser().parse_args(here(commands["serve"])[1:]))
+    with TestClient(create_app(tiny_decider, settings=settings)) as client:
+        r = client.post("/v1/presets/team", json={"state": "My invoice was charged twice, please refund it."})
+        assert r.status_code == 200, r.text
+        assert r.json()["calibration"] == f"preset team v1 for smollm2-135m: fitted head {head_id}"
+        assert set(r.json()["answers"]["team"]["probabilities"]) == {"billing", "technical", "sales"}
+
+
 def test_a_choice_head_is_fitted_over_every_rotation_by_default(tiny_decider):
     """Read in the listed order only, a head learns the options' places too (the default model
     flipped 42.5 % of binary answers when the options were swapped): by default every cyclic order
