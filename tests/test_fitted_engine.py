@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
+from typed_decisions import presets
 from typed_decisions.decider import parse_request
 from typed_decisions.errors import InvalidRequestError
-from typed_decisions import presets
 from typed_decisions.presets import register_preset, with_head
 
 pytest.importorskip("sklearn", reason="the [fit] extra: pip install 'typed-decisions-runtime[fit]'")
@@ -63,7 +63,7 @@ def test_a_fitted_answer_is_the_same_alone_batched_and_cached_and_its_neighbours
     batched = tiny_decider.run_many([others[0], _request(tiny_decider), others[1]], heads=[None, {"team": head}, None])
     cached = tiny_decider.run_many([_request(tiny_decider)], heads=[{"team": head}])[0]
     plain = tiny_decider.run_many(others)
-    p = lambda r: np.array(list(r.answers["team"].probabilities.values()))  # noqa: E731
+    p = lambda r: np.array(list(r.answers["team"].probabilities.values()))
     assert np.max(np.abs(p(alone) - p(batched[1]))) < 1e-6
     assert np.max(np.abs(p(alone) - p(cached))) < 1e-6
     for a, b in zip([batched[0], batched[2]], plain):  # zero-shot neighbours: as without a head in the call
@@ -148,7 +148,7 @@ def test_a_fitted_preset_answers_the_same_in_python_and_over_http(tiny_decider, 
 def test_the_server_serves_an_operator_s_fitted_preset_file(tiny_decider, head, tmp_path):
     from fastapi.testclient import TestClient
 
-    from typed_decisions.server import ServerSettings, create_app
+    from typed_decisions.server import create_app
     from typed_decisions.server.main import serve_parser, settings_from_args
 
     path = tmp_path / "team.json"
@@ -206,7 +206,7 @@ def test_the_readmes_fit_and_serve_commands_run_as_written(tiny_model_dir, tiny_
 
     root = Path(__file__).resolve().parents[1]
     section = (root / "README.md").read_text().split("### Fit a question on your own labelled rows", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
     commands = {line.split()[1]: shlex.split(line.split("#")[0])[1:] for line in block.splitlines()
                 if line.startswith("typed-decisions ")}
     assert set(commands) == {"fit", "serve"}
