@@ -14,7 +14,7 @@ import pytest
 from typed_decisions.decider import Decider
 from typed_decisions.errors import InvalidRequestError
 from typed_decisions.presets import DeciderSettings, Preset, select_head, with_head
-from typed_decisions.fit import check_rows_per_class, fit_head
+from typed_decisions.fit import check_rows_per_class, fit_head, paired_interval
 from typed_decisions.fitted import LOG_FLOOR, FittedHead, decode_array, encode_array
 
 sklearn = pytest.importorskip("sklearn", reason="the [fit] extra: pip install 'typed-decisions-runtime[fit]'")
@@ -119,6 +119,34 @@ def test_cv_picks_the_regularisation_by_held_out_log_loss_and_reports_it():
     assert fit.folds == 5 and fit.cv_nll is not None and 0 <= fit.cv_accuracy <= 1
     # separable clusters: the held-out accuracy beats the random zero-shot probabilities
     assert fit.cv_accuracy > fit.zero_shot_accuracy + 0.2
+
+
+def test_the_cv_gain_is_the_held_out_minus_the_zero_shot_accuracy_with_a_paired_interval():
+    hidden, probs, y = _data(n_per_class=20)
+    fit = fit_head(hidden, probs, y)
+    gain, low, high = fit.cv_gain
+    assert gain == pytest.approx(fit.cv_accuracy - fit.zero_shot_accuracy, abs=1e-12)
+    assert 0 < low <= gain <= high  # separable clusters against random probabilities: ahead beyond noise
+    assert fit_head(hidden, probs, y, l2_grid=(1.0,)).cv_gain is None  # no CV, nothing to report
+
+
+def test_the_paired_interval_resamples_groups_whole():
+    """Oracle by hand: two groups of three rows, one all +1, one all -1. Resampling groups whole, a
+    draw's mean is -1, 0 or +1, never a third; resampling rows it is a sixth-step value."""
+    diff = np.array([1.0, 1, 1, -1, -1, -1])
+    assert paired_interval(diff)[0] == 0.0
+    by_group = paired_interval(diff, [0, 0, 0, 1, 1, 1], draws=4000)
+    assert by_group == (0.0, -1.0, 1.0)
+    by_row = paired_interval(diff, draws=4000)
+    assert -1.0 < by_row[1] < 0 < by_row[2] < 1.0
+    assert paired_interval(np.full(7, 0.25)) == (0.25, 0.25, 0.25)
+    # a row read under 3 option orders, each copy alike: grouped, exactly the interval of the rows once;
+    # counted as 3 independent rows it would be about 1/sqrt(3) as wide
+    d = np.random.default_rng(1).choice([-1.0, 0.0, 1.0], size=40)
+    once, grouped = paired_interval(d), paired_interval(np.repeat(d, 3), np.repeat(np.arange(40), 3))
+    assert grouped == pytest.approx(once, abs=1e-12)
+    tripled = paired_interval(np.repeat(d, 3))
+    assert tripled[2] - tripled[1] < 0.8 * (once[2] - once[1])
 
 
 def test_temperature_divides_the_logits_by_the_t_that_fits_the_held_out_predictions():

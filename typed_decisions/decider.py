@@ -366,6 +366,7 @@ class Decider:
                            components=result.components, l2=result.l2, folds=result.folds,
                            cv_accuracy=result.cv_accuracy, cv_nll=result.cv_nll,
                            zero_shot_cv_accuracy=result.zero_shot_accuracy, rotations=n_orders,
+                           cv_gain=None if result.cv_gain is None else [round(x, 4) for x in result.cv_gain],
                            class_weight=class_weight, prior=prior if isinstance(prior, str) else [float(x) for x in prior],  # type: ignore[arg-type]
                            temperature=round(result.temperature, 6), seconds=round(result.seconds, 3),
                            date=time.strftime("%Y-%m-%d"), command=command)

@@ -94,6 +94,9 @@ class FitReport(BaseModel):
     cv_accuracy: float | None = None
     cv_nll: float | None = None
     zero_shot_cv_accuracy: float | None = Field(None, description="zero-shot accuracy on the same rows")
+    cv_gain: list[float] | None = Field(None, description="held-out minus zero-shot accuracy on the same rows, "
+                                        "[mean, 95 % low, high]: a paired bootstrap over the rows (a row's option "
+                                        "orders resampled together)")
     rotations: int = Field(1, ge=1, description="option orders each choice row was read under")
     class_weight: Literal["balanced", "none"] = "balanced"
     prior: Literal["rows", "uniform"] | list[float] = Field(

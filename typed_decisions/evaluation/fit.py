@@ -160,6 +160,14 @@ def main_fit(argv: list[str]) -> int:
           f"{f.components} PCA dimensions, C={f.l2:g} by {f.folds}-fold CV: accuracy "
           f"{f.cv_accuracy if f.cv_accuracy is None else round(f.cv_accuracy, 3)} held out "
           f"(zero-shot on the same rows {f.zero_shot_cv_accuracy:.3f}), {f.seconds:.1f} s")
+    if f.cv_gain is not None:
+        gain, low, high = f.cv_gain
+        print(f"  head − zero-shot, held out: {gain:+.3f} [{low:+.3f}, {high:+.3f}] (paired, 95 %, {f.rows} rows)")
+        if low <= 0:
+            print("  note: these rows do not show the head ahead of the zero-shot reading (the interval reaches 0): "
+                  "on a few rows per option it is noise either way, so score it on rows it was not fitted on "
+                  "(--test-limit, or eval --preset) before serving it, or give more rows (docs/evaluation.md, "
+                  "'When to fit')")
     if args.test_limit:
         _, test_rows, _ = _source(args, "test", args.test_limit)
         rep = score_head(decider, head, spec, test_rows, examples=examples, n_bins=args.bins)
