@@ -14,7 +14,8 @@ mean over sets (each resample: the mean of the per-set resampled values).
 The readouts compared (``--heads``): the multinomial head with either prior, the same with its
 logits divided by a temperature fitted on the CV predictions (``+T``), and for score questions a
 cumulative-logit head (``+ordinal``, ``fit_ordinal.py``); and in-context few-shot with the same
-rows (``--shots``: k rows per class shown as examples, at most ``--max-shots``). Each ECE comes with
+rows (``--shots``: k rows per class shown as examples, at most ``--max-shots``; a head fitted on the
+same k gets ``accuracy_minus_few_shot``, paired on the same resamples). Each ECE comes with
 its floor (``ece_floor``): what a perfectly calibrated readout with the same probabilities would
 show on this many test rows (60 rows, 10 bins: typically 0.05-0.08), so an ECE is read against it.
 The four multinomial readouts (either prior, with or without ``+T``) share one regression and its
@@ -293,6 +294,10 @@ def main() -> int:
                     **{m: interval(v) for m, v in s.items()}, "ece_floor": round(ece_floor(probs.max(axis=1)), 4),
                     "accuracy_minus_zero_shot": interval(s["accuracy"] - zero["accuracy"]),
                     "_boot": {m: v.tolist() for m, v in s.items()}, "_top": top1(probs, y_te)}
+                shown = entry.get("few_shot", {}).get(str(k))
+                if shown is not None:  # the same k rows per class, shown in the prompt: paired on the same resamples
+                    entry["fitted"][readout][str(k)]["accuracy_minus_few_shot"] = interval(
+                        s["accuracy"] - np.asarray(shown["_boot"]["accuracy"]))
         entry["_boot_zero"] = {m: v.tolist() for m, v in zero.items()}
         entry["_top_zero"], entry["_idx"] = top1(p_te, y_te), idx
         if args.time_rows and last is not None:
@@ -321,6 +326,10 @@ def main() -> int:
             cell["ece_floor"] = round(float(np.mean([c["ece_floor"] for c, _ in done])), 4)
             cell["accuracy_minus_zero_shot"] = interval(np.mean(
                 [np.array(c["_boot"]["accuracy"]) - np.array(z["_boot_zero"]["accuracy"]) for c, z in done], axis=0))
+            if readout != "few_shot" and all(k in z.get("few_shot", {}) for _, z in done):
+                cell["accuracy_minus_few_shot"] = interval(np.mean(
+                    [np.array(c["_boot"]["accuracy"]) - np.array(z["few_shot"][k]["_boot"]["accuracy"])
+                     for c, z in done], axis=0))
             pooled, floor = pooled_ece([c["_top"] for c, _ in done], [z["_idx"] for _, z in done])
             cell["ece_pooled"], cell["ece_pooled_floor"] = interval(pooled), round(floor, 4)
             cell["sets"] = len(done)
