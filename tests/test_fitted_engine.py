@@ -222,7 +222,7 @@ def test_the_readmes_fit_and_serve_commands_run_as_written(tiny_model_dir, tiny_
     head_id = re.search(r"fitted head (sha256:[0-9a-f]{12})", printed).group(1)
     gain = json.loads((tmp_path / "team.json").read_text())["fitted"]["smollm2-135m"]["fitted"]["cv_gain"]
     assert f"head − zero-shot, held out: {gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}] (paired, 95 %, 30 rows)" in printed
-    assert ("note: these rows do not show the head ahead" in printed) == (gain[1] <= 0)
+    assert ("note: the interval reaches 0, so these rows do not show the head ahead" in printed) == (gain[1] <= 0)
     settings = settings_from_args(serve_parser().parse_args(here(commands["serve"])[1:]))
     with TestClient(create_app(tiny_decider, settings=settings)) as client:
         r = client.post("/v1/presets/team", json={"state": "My invoice was charged twice, please refund it."})

@@ -164,10 +164,10 @@ def main_fit(argv: list[str]) -> int:
         gain, low, high = f.cv_gain
         print(f"  head − zero-shot, held out: {gain:+.3f} [{low:+.3f}, {high:+.3f}] (paired, 95 %, {f.rows} rows)")
         if low <= 0:
-            print("  note: these rows do not show the head ahead of the zero-shot reading (the interval reaches 0): "
-                  "on a few rows per option it is noise either way, so score it on rows it was not fitted on "
-                  "(--test-limit, or eval --preset) before serving it, or give more rows (docs/evaluation.md, "
-                  "'When to fit')")
+            print("  note: the interval reaches 0, so these rows do not show the head ahead of the zero-shot "
+                  "reading (few rows per option, or rows the zero-shot reading already answers, cannot); score it "
+                  "on rows it was not fitted on (--test-limit, or eval --preset) before serving it, or give more "
+                  "rows (docs/evaluation.md, 'When to fit')")
     if args.test_limit:
         _, test_rows, _ = _source(args, "test", args.test_limit)
         rep = score_head(decider, head, spec, test_rows, examples=examples, n_bins=args.bins)
