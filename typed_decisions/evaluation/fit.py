@@ -166,8 +166,8 @@ def main_fit(argv: list[str]) -> int:
         if low <= 0:
             print("  note: the interval reaches 0, so these rows do not show the head ahead of the zero-shot "
                   "reading (few rows per option, or rows the zero-shot reading already answers, cannot); score it "
-                  "on rows it was not fitted on (--test-limit, or eval --preset) before serving it, or give more "
-                  "rows (docs/evaluation.md, 'When to fit')")
+                  "on rows it was not fitted on (--split calibration --test-limit N: the rest of the file; or "
+                  "eval --preset) before serving it, or give more rows (docs/evaluation.md, 'When to fit')")
     if args.test_limit:
         _, test_rows, _ = _source(args, "test", args.test_limit)
         rep = score_head(decider, head, spec, test_rows, examples=examples, n_bins=args.bins)
