@@ -130,6 +130,19 @@ def test_the_cv_gain_is_the_held_out_minus_the_zero_shot_accuracy_with_a_paired_
     assert fit_head(hidden, probs, y, l2_grid=(1.0,)).cv_gain is None  # no CV, nothing to report
 
 
+def test_folds_count_a_row_read_under_several_orders_once():
+    """2 rows of a class, each read under 3 option orders: 2 folds (a row's reads stay in one fold,
+    so a third fold would have no row of that class to hold out), not min(5, 6 reads) = 5."""
+    hidden, probs, y = _data(n_per_class=6)
+    keep = np.concatenate([np.flatnonzero(y == 0)[:2], np.flatnonzero(y != 0)])
+    hidden, probs, y = hidden[keep], probs[keep], y[keep]
+    reads = fit_head(np.repeat(hidden, 3, axis=0), np.repeat(probs, 3, axis=0), np.repeat(y, 3),
+                     groups=np.repeat(np.arange(y.size), 3))
+    assert reads.folds == 2
+    assert fit_head(hidden, probs, y).folds == 2
+    assert fit_head(np.repeat(hidden, 3, axis=0), np.repeat(probs, 3, axis=0), np.repeat(y, 3)).folds == 5
+
+
 def test_the_paired_interval_resamples_groups_whole():
     """Oracle by hand: two groups of three rows, one all +1, one all -1. Resampling groups whole, a
     draw's mean is -1, 0 or +1, never a third; resampling rows it is a sixth-step value."""

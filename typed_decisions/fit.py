@@ -10,8 +10,8 @@ p (n, C) in class order and the gold class y (n,):
     (A, b)  = L2-regularised multinomial logistic regression on (x, y), class weights
               n / (C · n_c) ("balanced") so a rare class is not ignored; its inverse strength
               chosen among L2_GRID by the mean held-out log-loss of stratified k-fold CV
-              (k = min(folds, rows of the rarest class); rows read under several option orders
-              stay in one fold: ``groups``)
+              (k = min(folds, rows of the rarest class); a row read under several option orders
+              (``groups``) counts once and its reads stay in one fold)
     W       = [A_logp, A_z V]                                   the projection folded in: (C, C + H)
     (W, b) /= T                              (calibrate="temperature": T minimises the log-loss of the
                                               chosen regularisation's held-out CV predictions; a
@@ -185,7 +185,10 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
     mean, scale, v, x = design(h, p, components)
     # the regularisation, by held-out log-loss
     counts = np.bincount(y, minlength=n_classes)
-    k = int(min(folds, counts.min()))
+    # a fold needs a row of every class; rows read under several option orders count once (their group)
+    units = counts if groups is None else np.array(
+        [np.unique(np.asarray(groups)[y == c]).size for c in range(n_classes)])
+    k = int(min(folds, units.min()))
     best_c, cv_acc, cv_nll, held_best, cv_gain = float(l2_grid[len(l2_grid) // 2]), None, None, None, None
     if k >= 2 and (len(l2_grid) > 1 or calibrate == "temperature"):
         _, StratifiedKFold, StratifiedGroupKFold = _sklearn()
