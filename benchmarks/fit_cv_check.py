@@ -50,7 +50,7 @@ def main() -> int:
             f = fit_head(h[sub], probs[sub], y[sub])
             test = entry["fitted"]["rows"][str(k)]["accuracy_minus_zero_shot"]
             gain, low, high = f.cv_gain  # type: ignore[misc]
-            same_sign = np.sign(f.cv_accuracy - f.zero_shot_accuracy) == np.sign(test[0])  # type: ignore[operator]
+            same_sign = np.sign(gain) == np.sign(test[0])
             agree, total = agree + int(same_sign), total + 1
             print(f"{name:20s} k={k:<3d} fit: CV {f.cv_accuracy:.3f} vs zero-shot {f.zero_shot_accuracy:.3f} on "
                   f"{sub.size} rows, gain {gain:+.3f} [{low:+.3f}, {high:+.3f}]{' (note)' if low <= 0 else '       '} | "

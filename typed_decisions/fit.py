@@ -189,7 +189,8 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
     units = counts if groups is None else np.array(
         [np.unique(np.asarray(groups)[y == c]).size for c in range(n_classes)])
     k = int(min(folds, units.min()))
-    best_c, cv_acc, cv_nll, held_best, cv_gain = float(l2_grid[len(l2_grid) // 2]), None, None, None, None
+    best_c, cv_acc, cv_nll, cv_gain = float(l2_grid[len(l2_grid) // 2]), None, None, None
+    held_p = held_y = None  # the chosen regularisation's held-out predictions and their gold classes
     if k >= 2 and (len(l2_grid) > 1 or calibrate == "temperature"):
         _, StratifiedKFold, StratifiedGroupKFold = _sklearn()
         if groups is not None:
@@ -205,9 +206,9 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
                 held[test] = _regression(x[train], y[train], c, cw, seed, tol).predict_proba(x[test])
             seen = held.sum(axis=1) > 0
             scores.append((_log_loss(held[seen], y[seen]), float(np.mean(held[seen].argmax(1) == y[seen])), c,
-                           held[seen], y[seen], seen))
-        cv_nll, cv_acc, best_c, *held_best = min(scores, key=lambda r: r[:3])
-        held_p, held_y, seen = held_best
+                           seen, held))
+        cv_nll, cv_acc, best_c, seen, held = min(scores, key=lambda r: r[:3])
+        held_p, held_y = held[seen], y[seen]
         # is the head ahead of the zero-shot reading on these rows? paired, held out, per row (groups together)
         gain = (held_p.argmax(1) == held_y).astype(np.float64) - (p[seen].argmax(1) == held_y)
         cv_gain = paired_interval(gain, None if groups is None else np.asarray(groups)[seen], seed=seed)
@@ -221,8 +222,8 @@ def fit_head(hidden: np.ndarray, probs: np.ndarray, gold: Sequence[int], *, comp
     bias = np.array(intercept, dtype=np.float64)
     temperature = 1.0
     trained = np.ones(n_classes) if cw is not None else counts.astype(np.float64)  # the frequencies fitted under
-    if calibrate == "temperature" and held_best:
-        temperature = fit_temperature(held_best[0], held_best[1], prior_shift(counts.astype(np.float64), trained))
+    if calibrate == "temperature" and held_p is not None:
+        temperature = fit_temperature(held_p, held_y, prior_shift(counts.astype(np.float64), trained))
         weights, bias = weights / temperature, bias / temperature
     if not isinstance(prior, str):
         pi = np.asarray(prior, dtype=np.float64)
