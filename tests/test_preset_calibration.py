@@ -301,7 +301,7 @@ def test_calibrate_a_preset_with_examples_reads_after_them(tiny_model_dir, tiny_
     import argparse
 
     from typed_decisions.cli import main
-    from typed_decisions.evaluation.cli import _source
+    from typed_decisions.evaluation.sources import question_rows
 
     shots = [{"state": "WINNER!! Claim your free prize now, call 09061701461", "answer": "yes"},
              {"state": "Are we still on for lunch tomorrow?", "answer": "no"}]
@@ -326,7 +326,7 @@ def test_calibrate_a_preset_with_examples_reads_after_them(tiny_model_dir, tiny_
 
     # oracle: the test split's NLL before calibration, read by hand with and without the examples
     ns = argparse.Namespace(dataset=None, data=data, spec=None, preset=str(src), quiet=True)
-    spec, test_rows, _ = _source(ns, "test", None)
+    spec, test_rows, _ = question_rows(ns, "test", None)
     test_rows = [r for r in test_rows if r["state"] != shots[1]["state"]]
     wire = preset.wire_examples()
 

@@ -3,7 +3,7 @@
 `readout.py` produces option probabilities p; this file adjusts them after the fact, per question
 type (choice / score / noul). Numpy + pydantic only. The file it reads (`CalibrationFile`) is
 versioned JSON. Fitting a calibration on labelled data, and the metrics that judge it, are
-evaluation tooling: `evaluation/fitting.py` and `evaluation/metrics.py`.
+evaluation tooling: `evaluation/calibration_fitting.py` and `evaluation/metrics.py`.
 
     temperature       p_T = softmax(log p / T)                 T > 1 flattens, T < 1 sharpens
     contextual        p_c  ∝ p / p_cf                          p_cf: probabilities for a content-free

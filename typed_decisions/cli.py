@@ -213,7 +213,7 @@ def _cmd_calibrate(argv: list[str]) -> int:
 
 
 def _cmd_fit(argv: list[str]) -> int:
-    from .evaluation.fit import main_fit
+    from .evaluation.fit_cli import main_fit
 
     return int(main_fit(argv) or 0)
 

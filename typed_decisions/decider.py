@@ -36,7 +36,7 @@ from .engine import Engine
 from .errors import InvalidRequestError
 from .explain import Explanation, QuestionExplanation, TokenAccount, explain_head, explain_question
 from .exports import locate
-from .fit import check_rows_per_class, fit_head
+from .head_regression import check_rows_per_class, fit_head
 from .fitted import FitReport, FittedHead
 from .readout import label_mass as mass_on_labels
 from .readout_plan import Readout, ReadoutPlan, fitted_probabilities, plan_readout
@@ -336,7 +336,7 @@ class Decider:
         answers — "rows" (the rows' own), "uniform", or one frequency per option (when the rows were
         not sampled as the answers occur, e.g. k per class); ``calibrate="temperature"`` divides the
         head's logits by the temperature that fits its cross-validated predictions. Needs scikit-learn
-        (``fit.py``); errors name the row and field."""
+        (``head_regression.py``); errors name the row and field."""
         q = self.parse_question(question)
         classes = self.option_keys(q)
         gold = [self._row_answer(row, i, classes) for i, row in enumerate(rows)]

@@ -34,7 +34,7 @@ from ..calibration import CalibrationFile
 from ..compiler import resolve_label_mode
 from ..errors import TypedDecisionsError
 from ..fitted import FittedHead
-from .fitting import apply_calibration
+from .calibration_fitting import apply_calibration
 from .metrics import THRESHOLDS, coverage_accuracy, metrics
 from .permutation import permutation_report
 from ..spec import QuestionSpec
