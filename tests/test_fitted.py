@@ -11,11 +11,11 @@ import math
 import numpy as np
 import pytest
 
-from typed_decisions.decider import Decider
 from typed_decisions.errors import InvalidRequestError
 from typed_decisions.presets import DeciderSettings, Preset, select_head, with_head
 from typed_decisions.head_regression import check_rows_per_class, fit_head, paired_interval
 from typed_decisions.fitted import LOG_FLOOR, FittedHead, decode_array, encode_array
+from typed_decisions.heads import row_answer
 
 sklearn = pytest.importorskip("sklearn", reason="the [fit] extra: pip install 'typed-decisions-runtime[fit]'")
 
@@ -197,13 +197,13 @@ def test_too_few_rows_of_a_class_are_refused_by_name():
 
 def test_a_row_without_a_label_or_with_an_unknown_one_is_refused_by_index():
     classes = ["billing", "tech"]
-    assert Decider._row_answer({"state": "x", "answer": "tech"}, 0, classes) == 1
+    assert row_answer({"state": "x", "answer": "tech"}, 0, classes) == 1
     with pytest.raises(InvalidRequestError, match=r"rows\[3\] has no 'answer'") as e:
-        Decider._row_answer({"state": "x"}, 3, classes)
+        row_answer({"state": "x"}, 3, classes)
     assert e.value.loc == ("rows", 3, "answer")
     with pytest.raises(InvalidRequestError, match=r"rows\[4\].answer: 'legal' is not an option"):
-        Decider._row_answer({"state": "x", "answer": "legal"}, 4, classes)
-    assert Decider._row_answer({"state": "x", "answer": True}, 0, ["yes", "no"]) == 0
+        row_answer({"state": "x", "answer": "legal"}, 4, classes)
+    assert row_answer({"state": "x", "answer": True}, 0, ["yes", "no"]) == 0
 
 
 def test_refusal_names_what_differs():
