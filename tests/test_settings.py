@@ -96,3 +96,12 @@ def test_the_decider_resolves_settings_in_one_place():
         for pattern in ("or self.debias", "or self.label_mode", "debias or deb", "request.debias or", "req.debias or"):
             assert pattern not in text, (name, pattern)
     assert len((root / "decider.py").read_text(encoding="utf-8").splitlines()) <= 320  # the thin shell
+
+
+def test_the_compiler_refuses_settings_of_another_wording():
+    from typed_decisions.compiler import Compiler
+
+    compiler = Compiler.__new__(Compiler)  # only the wording check runs before any tokenizing
+    compiler.wording_name = "default"
+    with pytest.raises(ValueError, match="settings.wording is 'terse'"):
+        compiler.compile(_request(), settings=Settings(wording="terse"))

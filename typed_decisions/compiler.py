@@ -215,7 +215,9 @@ class Compiler:
         every request, whatever its questions (what the cross-request cache needs).
         """
         if settings is None:
-            settings = Settings(label_mode=label_mode, debias=debias).resolve(request)
+            settings = Settings(label_mode=label_mode, debias=debias, wording=self.wording_name).resolve(request)
+        if settings.wording != self.wording_name:  # one compiler, one wording: never read under another's name
+            raise ValueError(f"settings.wording is {settings.wording!r}; this compiler writes {self.wording_name!r}")
         label_mode, debias = settings.label_mode, settings.debias
         state_text = _state_block(request.state)
         history = self._example_turns(request, label_mode, debias)
