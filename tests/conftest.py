@@ -51,7 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # model tests say so with `pytestmark`; as a safety net, every test that requests one of these
 # fixtures (or lives under tests/export/, or is marked `pypi`) gets the mark here too, so
 # `pytest -m "not model"` (the fast tier) never builds a model.
-MODEL_FIXTURES = frozenset({"tiny_gguf", "tiny_model_dir", "tiny_decider", "tiny_torch", "tiny_folders",
+MODEL_FIXTURES = frozenset({"tiny_gguf", "tiny_model_dir", "tiny_decider", "tiny_server", "tiny_torch", "tiny_folders",
                             "tiny_exports", "smollm2_gguf", "smollm2_export"})
 EXPORT_TESTS = Path(__file__).parent / "export"
 
@@ -115,6 +115,20 @@ def tiny_decider(tiny_model_dir):
     from typed_decisions.decider import Decider
 
     return Decider.from_dir(tiny_model_dir, threads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_decider):
+    """ONE live ``typed-decisions serve`` (uvicorn on 127.0.0.1) on the tiny model, shared by every
+    test of the session that talks to a server through a real client (the openai SDK, LangChain).
+    Keys: ``sk-test`` (the defaults) and ``sk-slow`` (one request a second, no burst: a second
+    request at once gets a 429 with Retry-After). Yields the base URL."""
+    from td_live import live_server
+    from typed_decisions.server.keys import ApiKey
+
+    keys = [ApiKey.hash("sk-test", "tests"), ApiKey.hash("sk-slow", "slow", requests_per_minute=60, burst=1)]
+    with live_server(tiny_decider, api_keys=keys) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
