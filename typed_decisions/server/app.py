@@ -4,7 +4,7 @@ typesafe-sdk (``TypeSafeClient(base_url="http://127.0.0.1:8000", api_key=...)``)
 unchanged. Routes::
 
     POST /v1/systemone       DecisionRequest → DecisionResponse (schema.py), micro-batched
-    POST /v1/decisions       OpenAI's Decisions API → Decision (decisions_api.py), the same path;
+    POST /v1/decisions       OpenAI's Decisions API → Decision (decisions_api.py in, decisions_out.py out), the same path;
                              its errors in OpenAI's shape, {"error": {message, type, param, code}}
     POST /v1/explain         DecisionRequest → Explanation (explain.py): answers + why, same queue
     GET  /v1/presets         the question presets: shipped (presets/) and the operator's (--preset FILE)
@@ -59,8 +59,8 @@ from ..errors import (REFUSALS, AuthenticationError, InvalidRequestError, ModelN
 from ..presets import list_presets, load_preset
 from ..explain import Explanation
 from ..schema import DecisionRequest, DecisionResponse
-from . import decisions_api
-from .decisions_api import Decision
+from . import decisions_out
+from .decisions_out import Decision
 from .service import Job, PresetRequest, Service
 from .settings import ANONYMOUS_WARNING, ServerSettings
 
@@ -238,10 +238,10 @@ def _add_decision_routes(app: FastAPI, service: Service) -> None:
         try:
             return await service.decisions(request)
         except TypedDecisionsError as e:
-            return decisions_api.error_response(e)
+            return decisions_out.error_response(e)
         except Exception:  # noqa: BLE001 - never a stack trace to the client
             log.exception("unhandled error in /v1/decisions")
-            return JSONResponse(decisions_api.error_body(INTERNAL["message"], "server_error", None,
+            return JSONResponse(decisions_out.error_body(INTERNAL["message"], "server_error", None,
                                                          "internal_error"), status_code=500)
 
     @app.post("/v1/explain", responses={200: {"model": Explanation}, **ERRORS},

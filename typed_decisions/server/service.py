@@ -46,7 +46,7 @@ from ..presets import Preset, load_preset, prepare_preset
 from ..fitted import FittedHead
 from ..schema import DecisionRequest, DecisionResponse, Usage, json_sha256
 from .batching import MicroBatcher, Unbatched
-from . import decisions_api
+from . import decisions_api, decisions_out
 from .body import decode_body, read_body
 from .inputs import check_json, check_questions, parse_json, shown
 from .keys import find_key
@@ -391,7 +391,7 @@ class Service:
             p = result.prepared
             handled.response = result.response or DecisionResponse(model=parsed.model, answers={},
                                                                    usage=Usage(input_tokens=0))
-            return JSONResponse(decisions_api.to_decision(
+            return JSONResponse(decisions_out.to_decision(
                 translated, handled.response.model, result.response, list(p.refused),
                 cached_tokens=p.cached_tokens, cache_write_tokens=p.cache_write_tokens))
 

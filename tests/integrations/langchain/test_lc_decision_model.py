@@ -8,7 +8,7 @@ server (``tiny_server``). Oracle: ``Decider.run`` on the equivalent System One r
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import pytest
 from langchain_core.decisions import BaseDecisionModel, Box, Choice, ClassifierResponse, Noul, NoulCriteria, Score
