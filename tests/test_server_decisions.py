@@ -2,22 +2,18 @@
 
 The oracle is the other door: the same request sent to ``/v1/systemone`` (written by hand here, not
 by the translation under test) must give the same probabilities, to 1e-9. One shared server
-(``tiny_server``, tests/conftest.py); a second one only where a test needs a failing engine
-(a fake: no model).
+(``tiny_server``, tests/conftest.py). What needs no model (translation, a failing engine, a
+loading server) is in tests/test_decisions_api.py, on the fake.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 
 import httpx
 import pytest
 
-from td_fakes import FakeDecider
-from td_live import live_server
-from typed_decisions.errors import EngineError
 
 openai = pytest.importorskip("openai", reason="pip install 'typed-decisions-runtime[test]'")
 
@@ -228,17 +224,3 @@ def test_a_429_is_retried_by_the_sdk(tiny_server, tiny_decider):
         no_retry.decisions.create(model=tiny_decider.name, input="ok", questions=[QUESTIONS[0]])
         no_retry.decisions.create(model=tiny_decider.name, input="ok", questions=[QUESTIONS[0]])
     assert e.value.response.headers["retry-after"] and e.value.body["type"] == "rate_limit_error"
-
-
-def test_an_engine_failure_is_an_internal_server_error_the_sdk_retries():
-    fake = FakeDecider("fake-model")
-    with live_server(fake) as url:
-        fake.fail_with = EngineError("boom: a secret path /srv/x")
-        with pytest.raises(openai.InternalServerError) as e:
-            _client(url, key="any", max_retries=1).decisions.create(
-                model="fake-model", input="x", questions=[{"type": "predicate", "instructions": "q?"}])
-        assert e.value.status_code == 500 and "secret" not in json.dumps(e.value.body)
-        assert e.value.body["type"] == "server_error"
-        metrics = httpx.get(url + "/metrics").text
-        # the first try and one retry, both answered 500
-        assert 'typed_decisions_http_requests_total{route="/v1/decisions",status="500"} 2.0' in metrics

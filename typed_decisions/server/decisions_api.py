@@ -100,6 +100,7 @@ def _parts(content: Any, *loc: str | int, allowed: Sequence[str]) -> str:
     out = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, Mapping) else None
+        kind = kind if isinstance(kind, str) else repr(kind)  # never hash what the caller sent
         if kind in _IMAGE_PARTS:
             raise _bad(f"an {kind!r} part: this server runs a text-only model, so images are not read; "
                        "send the content as text (input_text) or JSON (input_json)", *loc, j)
@@ -137,9 +138,10 @@ def render_input(value: Any) -> str:
         if not isinstance(item, Mapping):
             raise _bad("each input item is an object (a message, a tool call or its output)", "input", i)
         kind = item.get("type", "message")
+        kind = kind if isinstance(kind, str) else repr(kind)
         if kind == "message":
             role = item.get("role")
-            if role not in _MESSAGE_PARTS:
+            if not isinstance(role, str) or role not in _MESSAGE_PARTS:
                 raise _bad(f"unknown role {role!r}; one of user, system, developer, assistant", "input", i, "role")
             if "content" not in item:
                 raise _bad("a message needs 'content'", "input", i)
