@@ -224,3 +224,32 @@ def test_a_429_is_retried_by_the_sdk(tiny_server, tiny_decider):
         no_retry.decisions.create(model=tiny_decider.name, input="ok", questions=[QUESTIONS[0]])
         no_retry.decisions.create(model=tiny_decider.name, input="ok", questions=[QUESTIONS[0]])
     assert e.value.response.headers["retry-after"] and e.value.body["type"] == "rate_limit_error"
+
+
+def test_cached_tokens_are_per_request_inside_a_micro_batch(tiny_decider):
+    """Two requests about one new state in ONE engine call (``Service.run_jobs``, as the
+    micro-batcher calls it): neither counts the other's prefix as cached; a third request, after,
+    finds the state in the prefix cache."""
+    import uuid
+
+    from typed_decisions.decider import parse_request
+    from typed_decisions.server import Job, ServerSettings
+    from typed_decisions.server.service import Service
+
+    service = Service(tiny_decider, ServerSettings())
+    state = f"Ticket {uuid.uuid4().hex}: the invoice total is wrong."
+    req = parse_request({"model": tiny_decider.name, "state": state, "questions": {
+        "0": {"type": "noul", "instructions": "Is it about billing?"},
+        "1": {"type": "noul", "instructions": "Is it urgent?"}}})
+    calls = tiny_decider.engine.stats.calls
+    a, b = service.run_jobs([Job(req, set_aside=True), Job(req, set_aside=True)])
+    assert tiny_decider.engine.stats.calls - calls == 1
+    assert a.prepared.cached_tokens == b.prepared.cached_tokens  # batch-mates do not count
+    assert a.prepared.cache_write_tokens == b.prepared.cache_write_tokens > 0
+    (c,) = service.run_jobs([Job(req, set_aside=True)])
+    state_tokens = len(tiny_decider.tokenizer.encode_plain(state))
+    assert c.prepared.cached_tokens >= a.prepared.cached_tokens + 2 * state_tokens
+    assert c.prepared.cache_write_tokens == 0
+    assert c.response.answers == a.response.answers or all(
+        abs(c.response.answers[k].noul - a.response.answers[k].noul) <= 1e-5 for k in ("0", "1"))
+    service.executor.shutdown(wait=False)
