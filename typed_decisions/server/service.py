@@ -44,6 +44,7 @@ from ..errors import (AuthenticationError, InvalidRequestError, ModelNotFoundErr
                       TypedDecisionsError, UnavailableError, http_status)
 from ..presets import Preset, load_preset, prepare_preset
 from ..fitted import FittedHead
+from ..models import CATALOGUE
 from ..schema import DecisionRequest, DecisionResponse, Usage, json_sha256
 from .batching import MicroBatcher, Unbatched
 from . import decisions_api, decisions_out
@@ -239,9 +240,12 @@ class Service:
 
     @property
     def names(self) -> list[str]:
+        """What a request's ``model`` may say: the served model's name, the operator's aliases,
+        then the catalogue's aliases of that model (``default``, ``tiny``), as the CLI accepts."""
         if self.decider is None:
             return list(self.settings.aliases)
-        return list(dict.fromkeys([self.decider.name, *self.settings.aliases]))
+        spec = CATALOGUE.get(self.decider.name)
+        return list(dict.fromkeys([self.decider.name, *self.settings.aliases, *(spec.aliases if spec else ())]))
 
     def _limits(self, record: Any = None) -> KeyLimits:
         s = self.settings
