@@ -33,8 +33,31 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     INT8_GUARD.test = None
 
 
+# --- both cores: pytest-xdist (scripts/test.sh runs `-n 2`) -----------------------------------------
+# A test file runs whole on one worker, so its module fixtures are built once, and the Ray tests
+# (one package-scoped local cluster) all run on one worker. What a worker saw that the run reports
+# at its end (the INT8 sessions it opened, a torch import in the fast tier) travels back to the
+# controller in `workeroutput`.
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "tests/integrations/ray/" if path.startswith("tests/integrations/ray/") else path
+
+    return FileScheduling(config, log)
+
+
+WORKER_REPORTS: list[dict] = []  # on the controller: each worker's workeroutput
+
+
+def pytest_testnodedown(node, error) -> None:
+    WORKER_REPORTS.append(getattr(node, "workeroutput", {}) or {})
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    lines = INT8_GUARD.summary()
+    lines = INT8_GUARD.summary() + [line for r in WORKER_REPORTS for line in r.get("int8_summary", [])]
     if lines:
         terminalreporter.write_sep("-", "INT8 graphs opened (tests/td_int8.py)")
         for line in lines:
@@ -74,8 +97,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The fast tier promises no torch: fail the run if anything imported it."""
-    if fast_tier(session.config) and {"torch", "transformers"} & set(sys.modules):
+    """The fast tier promises no torch: fail the run if anything imported it (in this process, or
+    in any xdist worker)."""
+    imported = sorted({"torch", "transformers"} & set(sys.modules))
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller judges and reports
+        workeroutput["torch_imported"] = imported
+        workeroutput["int8_summary"] = INT8_GUARD.summary()
+        return
+    imported += [m for r in WORKER_REPORTS for m in r.get("torch_imported", [])]
+    if fast_tier(session.config) and imported:
         writer = session.config.get_terminal_writer()
         writer.line()
         writer.line(
