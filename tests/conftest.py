@@ -38,6 +38,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 # (one package-scoped local cluster) all run on one worker. What a worker saw that the run reports
 # at its end (the INT8 sessions it opened, a torch import in the fast tier) travels back to the
 # controller in `workeroutput`.
+@pytest.hookimpl(optionalhook=True)  # xdist's hooks: unknown where it is not installed (-p no:xdist)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     from xdist.scheduler import LoadFileScheduling
 
@@ -52,6 +53,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 WORKER_REPORTS: list[dict] = []  # on the controller: each worker's workeroutput
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     WORKER_REPORTS.append(getattr(node, "workeroutput", {}) or {})
 
