@@ -47,7 +47,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             path = super()._split_scope(nodeid)
             return "tests/integrations/ray/" if path.startswith("tests/integrations/ray/") else path
 
+    config.option.loadscopereorder = False  # the order of LONGEST_FIRST below, not by test count
     return FileScheduling(config, log)
+
+
+# The files that take longest (`scripts/test_times.py` on a CI run's JUnit XML) start first, so the
+# run does not end on one worker finishing a long file alone. Only the order changes.
+LONGEST_FIRST = ("tests/integrations/ray/", "tests/test_engine_oracle.py", "tests/benchmarks/test_bench.py",
+                 "tests/export/test_export_smoothquant.py", "tests/test_fitted_engine.py", "tests/export/test_builder.py",
+                 "tests/test_server_schemathesis.py", "tests/test_conformance.py", "tests/export/test_builder_gguf.py",
+                 "tests/benchmarks/test_studies.py", "tests/benchmarks/test_bench_many_options.py")
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    root = Path(__file__).resolve().parents[1]
+
+    def rank(item: pytest.Item) -> int:
+        path = Path(str(item.path)).resolve()
+        rel = path.relative_to(root).as_posix() if root in path.parents else ""
+        return next((i for i, p in enumerate(LONGEST_FIRST) if rel.startswith(p)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: within a file, and among the rest, the collection order stays
 
 
 WORKER_REPORTS: list[dict] = []  # on the controller: each worker's workeroutput
@@ -87,6 +107,8 @@ def _needs_model(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker collecting: the longest files first
+        _longest_first(items)
     for item in items:
         if _needs_model(item) and "model" not in item.keywords:
             item.add_marker(pytest.mark.model)
