@@ -65,11 +65,10 @@ def prepare(decider: Any, request: DecisionRequest, label_mode: Any = None) -> P
     compiler = getattr(decider, "compiler", None)
     if compiler is None:
         return Prepared(request)
-    mode = label_mode or decider.label_mode
     refused: dict[str, str] = {}
     while True:
-        try:
-            compiled = compiler.compile(request, label_mode=mode, debias=request.debias or decider.debias)
+        try:  # the Decider's one resolution of how the request is read (settings.py)
+            compiled = compiler.compile(request, settings=decider.settings(request, label_mode=label_mode))
             break
         except InvalidRequestError as e:
             key = _question_key(e, request)
