@@ -13,6 +13,7 @@ gets; the distributions themselves keep their ranges for users who install them 
 from __future__ import annotations
 
 import sys
+import sysconfig
 import tomllib
 from collections.abc import Iterator
 from importlib import metadata
@@ -88,9 +89,11 @@ def range_problems(pins: dict[str, Version], python: str | None = None) -> list[
 
 
 def env_problems(pins: dict[str, Version]) -> list[str]:
-    """Each installed distribution whose version differs from the lock, or that the lock lacks."""
+    """Each distribution installed in this environment (its site-packages, not whatever else is on
+    sys.path) whose version differs from the lock, or that the lock lacks."""
+    site = list(dict.fromkeys(sysconfig.get_path(p) for p in ("purelib", "platlib")))
     problems = []
-    for dist in metadata.distributions():
+    for dist in metadata.distributions(path=site):
         name = canonicalize_name(dist.metadata["Name"])
         if name in OWN:
             continue
