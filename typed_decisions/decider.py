@@ -382,11 +382,12 @@ class Decider:
     def features(self, question: Question | Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *,
                  rotations: int = 1, label_mode: LabelMode | None = None, debias: Debias | None = None,
                  examples: Sequence[Example | Mapping[str, Any]] | None = None, batch: int = 16,
-                 progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 progress: bool = False, layers: bool = False) -> tuple[np.ndarray, ...]:
         """What a head reads, per row and option order (row-major): the hidden state at the answer
         position (n·R, H), the zero-shot probabilities in the question's option order (n·R, C),
         and each line's row index (the CV groups). ``rotations`` R: the options listed from the
-        ``j·C/R``-th on (choice only)."""
+        ``j·C/R``-th on (choice only). ``layers=True`` adds a fourth array, the mid-layer states
+        there (n·R, L, H), L = ``engine.hidden_layers`` (an error for an export without them)."""
         from tqdm.auto import tqdm
 
         q = self.parse_question(question)
@@ -411,16 +412,21 @@ class Decider:
                 bodies.append(body)
                 groups.append(i)
         mode, deb = label_mode or self.label_mode, debias or self.debias
-        hidden, probs = [], []
+        if layers:
+            self.engine.require_layers()
+        hidden, probs, mids = [], [], []
         for at in tqdm(range(0, len(bodies), batch), desc="features", unit="batch", disable=not progress):
             parsed = [parse_request(b) for b in bodies[at : at + batch]]
             compiled = [self.compiler.compile(r, label_mode=mode, debias=deb) for r in parsed]
-            for (r,) in self._read(compiled, share_prefixes=True, use_cache=True, hidden=[True] * len(compiled)):
+            for (r,) in self._read(compiled, share_prefixes=True, use_cache=True, hidden=[True] * len(compiled),
+                                   layers=layers):
                 assert r.hidden is not None
                 idx = [list(r.question.options).index(c) for c in classes]
                 hidden.append(r.hidden.astype(np.float64))
                 probs.append(r.probabilities()[idx])
-        return np.stack(hidden), np.stack(probs), np.asarray(groups)
+                mids.append(r.layers)
+        out = (np.stack(hidden), np.stack(probs), np.asarray(groups))
+        return (*out, np.stack(mids).astype(np.float64)) if layers else out
 
     @staticmethod
     def parse_question(question: Question | Mapping[str, Any]) -> Question:
@@ -454,19 +460,23 @@ class Decider:
     # -- internals
 
     def _read(self, compiled: Sequence[CompiledRequest], *, share_prefixes: bool,
-              use_cache: bool, label_mass: Sequence[bool] = (), hidden: Sequence[bool] = ()) -> list[list[Readout]]:
+              use_cache: bool, label_mass: Sequence[bool] = (), hidden: Sequence[bool] = (),
+              layers: bool = False) -> list[list[Readout]]:
         """One engine call for every prompt of ``compiled``; ``label_mass[i]``: read the label
         mass of request i's prompts (one full-vocabulary product each, at its trie root);
-        ``hidden[i]``: keep the hidden state at each of request i's trie roots (``Readout.hidden``)."""
+        ``hidden[i]``: keep the hidden state at each of request i's trie roots (``Readout.hidden``),
+        and with ``layers`` its mid-layer states there too (``Readout.layers``)."""
         wants = list(label_mass) or [False] * len(compiled)
         keep = list(hidden) or [False] * len(compiled)
         plan = plan_readout(compiled, read_roots=[w or k for w, k in zip(wants, keep)])
         points = [compiled[ri].checkpoints for ri, _, _ in plan.where]  # each context's request's checkpoints
         hiddens: list[np.ndarray] | None = [] if any(wants) or any(keep) else None
         owners = [ri for ri, _, _ in plan.where]  # a request's own nodes stay its own (one answer per request)
+        mids: list[np.ndarray] | None = [] if layers and any(keep) else None
         logits = self.engine.next_token_logits(plan.contexts, plan.allowed, cache_points=points,
                                                use_cache=use_cache, share_prefixes=share_prefixes,
-                                               owners=owners, hidden_out=hiddens)
+                                               owners=owners, hidden_out=hiddens,
+                                               layers_out=mids)
         masses = None
         if hiddens is not None:
             masses = {}
@@ -477,7 +487,9 @@ class Decider:
         kept = None
         if hiddens is not None and any(keep):
             kept = {plan.where[i][:2]: hiddens[i] for i in plan.roots() if keep[plan.where[i][0]]}
-        return plan.readouts(logits, masses if any(wants) else None, kept)
+        kept_layers = None if mids is None else {plan.where[i][:2]: mids[i] for i in plan.roots()
+                                                 if keep[plan.where[i][0]]}
+        return plan.readouts(logits, masses if any(wants) else None, kept, kept_layers)
 
     def _content_free(self, requests: Sequence[DecisionRequest], mode: LabelMode, debias: Debias = "none"
                       ) -> list[dict[str, np.ndarray] | None]:
