@@ -49,9 +49,9 @@ from benchmarks import harness
 from typed_decisions.compiler import resolve_label_mode
 from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import load_dataset
-from typed_decisions.evaluation.fit import first_per_class, head_rows
+from typed_decisions.evaluation.fit_cli import first_per_class, head_rows
 from typed_decisions.evaluation.metrics import accuracy, ece, nll
-from typed_decisions.fit import HeadFit, fit_head, prior_shift
+from typed_decisions.head_regression import HeadFit, fit_head, prior_shift
 from typed_decisions.fitted import FittedHead
 
 DEFAULT_SETS = ("trec", "sms-spam", "hutto-tweets", "hutto-movies", "rotten-tomatoes", "hutto-nyt", "hutto-amazon",
@@ -62,7 +62,7 @@ def prior_variants(fit: HeadFit, counts: np.ndarray, prior: np.ndarray) -> dict[
     """(weights, bias) of the readouts ``rows``, ``split``, ``rows+T``, ``split+T`` from one
     ``fit_head(prior="rows", calibrate="temperature")`` with balanced class weights: the four share
     the regression (W, b), its CV and the temperature T fitted on the CV predictions, and differ only
-    in the division by T and the prior's bias shift (``typed_decisions/fit.py``):
+    in the division by T and the prior's bias shift (``typed_decisions/head_regression.py``):
 
         +T:    W/T, b/T + s_π           no T:  W, b + s_π          s_π = log π − log(1/C)
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from benchmarks.fit_curves import FeatureCache
 from typed_decisions.evaluation.datasets import load_dataset
-from typed_decisions.evaluation.fit import first_per_class, head_rows
-from typed_decisions.fit import fit_head
+from typed_decisions.evaluation.fit_cli import first_per_class, head_rows
+from typed_decisions.head_regression import fit_head
 
 
 def main() -> int:

@@ -26,7 +26,7 @@ from scipy.optimize import minimize
 from scipy.special import expit
 from sklearn.model_selection import StratifiedKFold
 
-from typed_decisions.fit import L2_GRID, design
+from typed_decisions.head_regression import L2_GRID, design
 
 
 def _thresholds(a: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from benchmarks import harness
 from benchmarks.fit_curves import interval
 from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import load_dataset
-from typed_decisions.evaluation.fit import first_per_class, head_rows
+from typed_decisions.evaluation.fit_cli import first_per_class, head_rows
 from typed_decisions.evaluation.permutation import permutation_report
 
 

@@ -62,7 +62,7 @@ from typed_decisions.calibration import TypeCalibration
 from typed_decisions.compiler import resolve_label_mode
 from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import DATASETS, load_dataset
-from typed_decisions.evaluation.fitting import apply_calibration, calibration_fit
+from typed_decisions.evaluation.calibration_fitting import apply_calibration, calibration_fit
 from typed_decisions.evaluation.metrics import (
     COVERAGES,
     accuracy,

@@ -33,8 +33,53 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     INT8_GUARD.test = None
 
 
+# --- both cores: pytest-xdist (scripts/test.sh runs `-n 2`) -----------------------------------------
+# A test file runs whole on one worker, so its module fixtures are built once, and the Ray tests
+# (one package-scoped local cluster) all run on one worker. What a worker saw that the run reports
+# at its end (the INT8 sessions it opened, a torch import in the fast tier) travels back to the
+# controller in `workeroutput`.
+@pytest.hookimpl(optionalhook=True)  # xdist's hooks: unknown where it is not installed (-p no:xdist)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "tests/integrations/ray/" if path.startswith("tests/integrations/ray/") else path
+
+    config.option.loadscopereorder = False  # the order of LONGEST_FIRST below, not by test count
+    return FileScheduling(config, log)
+
+
+# The files that take longest (`scripts/test_times.py` on a CI run's JUnit XML) start first, so the
+# run does not end on one worker finishing a long file alone. Only the order changes.
+LONGEST_FIRST = ("tests/integrations/ray/", "tests/test_engine_oracle.py", "tests/benchmarks/test_bench.py",
+                 "tests/export/test_export_smoothquant.py", "tests/test_fitted_engine.py", "tests/export/test_builder.py",
+                 "tests/test_server_schemathesis.py", "tests/test_conformance.py", "tests/export/test_builder_gguf.py",
+                 "tests/benchmarks/test_studies.py", "tests/benchmarks/test_bench_many_options.py")
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    root = Path(__file__).resolve().parents[1]
+
+    def rank(item: pytest.Item) -> int:
+        path = Path(str(item.path)).resolve()
+        rel = path.relative_to(root).as_posix() if root in path.parents else ""
+        return next((i for i, p in enumerate(LONGEST_FIRST) if rel.startswith(p)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: within a file, and among the rest, the collection order stays
+
+
+WORKER_REPORTS: list[dict] = []  # on the controller: each worker's workeroutput
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    WORKER_REPORTS.append(getattr(node, "workeroutput", {}) or {})
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    lines = INT8_GUARD.summary()
+    lines = INT8_GUARD.summary() + [line for r in WORKER_REPORTS for line in r.get("int8_summary", [])]
     if lines:
         terminalreporter.write_sep("-", "INT8 graphs opened (tests/td_int8.py)")
         for line in lines:
@@ -51,7 +96,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # model tests say so with `pytestmark`; as a safety net, every test that requests one of these
 # fixtures (or lives under tests/export/, or is marked `pypi`) gets the mark here too, so
 # `pytest -m "not model"` (the fast tier) never builds a model.
-MODEL_FIXTURES = frozenset({"tiny_gguf", "tiny_model_dir", "tiny_bare_dir", "tiny_decider", "tiny_torch", "tiny_folders",
+MODEL_FIXTURES = frozenset({"tiny_gguf", "tiny_model_dir", "tiny_bare_dir", "tiny_decider", "tiny_server", "tiny_torch",
+                            "tiny_folders",
                             "tiny_exports", "smollm2_gguf", "smollm2_export"})
 EXPORT_TESTS = Path(__file__).parent / "export"
 
@@ -62,6 +108,8 @@ def _needs_model(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker collecting: the longest files first
+        _longest_first(items)
     for item in items:
         if _needs_model(item) and "model" not in item.keywords:
             item.add_marker(pytest.mark.model)
@@ -74,8 +122,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The fast tier promises no torch: fail the run if anything imported it."""
-    if fast_tier(session.config) and {"torch", "transformers"} & set(sys.modules):
+    """The fast tier promises no torch: fail the run if anything imported it (in this process, or
+    in any xdist worker)."""
+    imported = sorted({"torch", "transformers"} & set(sys.modules))
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller judges and reports
+        workeroutput["torch_imported"] = imported
+        workeroutput["int8_summary"] = INT8_GUARD.summary()
+        return
+    imported += [m for r in WORKER_REPORTS for m in r.get("torch_imported", [])]
+    if fast_tier(session.config) and imported:
         writer = session.config.get_terminal_writer()
         writer.line()
         writer.line(
@@ -127,6 +183,20 @@ def tiny_decider(tiny_model_dir):
     from typed_decisions.decider import Decider
 
     return Decider.from_dir(tiny_model_dir, threads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_decider):
+    """ONE live ``typed-decisions serve`` (uvicorn on 127.0.0.1) on the tiny model, shared by every
+    test of the session that talks to a server through a real client (the openai SDK, LangChain).
+    Keys: ``sk-test`` (the defaults) and ``sk-slow`` (one request a second, no burst: a second
+    request at once gets a 429 with Retry-After). Yields the base URL."""
+    from td_live import live_server
+    from typed_decisions.server.keys import ApiKey
+
+    keys = [ApiKey.hash("sk-test", "tests"), ApiKey.hash("sk-slow", "slow", requests_per_minute=60, burst=1)]
+    with live_server(tiny_decider, api_keys=keys) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -37,13 +37,30 @@ def export_code_hash() -> str:
     return h.hexdigest()[:12]
 
 
-def cached_export(key: str, build) -> Path:
-    """cache_dir()/exports/test-<key>-<exporter hash>: reused when finished, else built in a
-    temporary sibling and renamed, so an interrupted build is never mistaken for a finished one."""
+def inputs_hash(*files: Path) -> str:
+    """Hash of the files a cached fixture is made from (e.g. the tiny random models' recipe) and of the
+    versions of the libraries that make it, for a cache key beside the exporter's hash."""
+    from importlib.metadata import version
+
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode() + p.read_bytes())
+    for dist in ("torch", "transformers", "onnx", "onnxscript", "gguf", "numpy"):
+        h.update(f"{dist}=={version(dist)}".encode())
+    return h.hexdigest()[:8]
+
+
+def cached_export(key: str, build, *, marker: str = "manifest.json", inputs: tuple[Path, ...] = ()) -> Path:
+    """cache_dir()/exports/test-<key>-<hash>: reused when finished (``marker`` exists in it), else
+    built in a temporary sibling and renamed, so an interrupted build is never mistaken for a finished
+    one. The hash is the exporter's, or with ``inputs`` the exporter's and ``inputs_hash(*inputs)``."""
     from typed_decisions.models import cache_dir
 
-    final = cache_dir() / "exports" / f"test-{key}-{export_code_hash()}"
-    if (final / "manifest.json").is_file():
+    digest = export_code_hash()
+    if inputs:
+        digest = hashlib.sha256((digest + inputs_hash(*inputs)).encode()).hexdigest()[:12]
+    final = cache_dir() / "exports" / f"test-{key}-{digest}"
+    if (final / marker).is_file():
         os.utime(final)  # in use: not stale for another checkout's run
         return final
     stale = re.compile(rf"test-{re.escape(key)}-[0-9a-f]{{12}}")
@@ -53,7 +70,7 @@ def cached_export(key: str, build) -> Path:
     work = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     shutil.rmtree(work, ignore_errors=True)
     build(work)
-    if (final / "manifest.json").is_file():  # someone else finished first
+    if (final / marker).is_file():  # someone else finished first
         shutil.rmtree(work, ignore_errors=True)
     else:
         shutil.rmtree(final, ignore_errors=True)

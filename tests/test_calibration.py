@@ -8,7 +8,7 @@ import pydantic
 import pytest
 
 from typed_decisions.calibration import CalibrationFile, TypeCalibration, apply_temperature, calibrate, contextual_calibrate
-from typed_decisions.evaluation.fitting import fit_temperature
+from typed_decisions.evaluation.calibration_fitting import fit_temperature
 from typed_decisions.evaluation.metrics import accuracy, brier, ece, macro_f1, nll
 
 # -----------------------------------------------------------------------------

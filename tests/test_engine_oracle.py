@@ -29,13 +29,20 @@ STATES = [
 ]
 
 
+_FORWARDS: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}  # (model, ids) -> the oracle's forward, once
+
+
 def torch_next_token_probs(model, ids: list[int]) -> np.ndarray:
-    """Full-vocabulary next-token distribution after ``ids`` (float64)."""
+    """Full-vocabulary next-token distribution after ``ids`` (float64): one full forward pass per
+    distinct context (the chain rule and the node-by-node check below ask the same nodes)."""
     import torch
 
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([ids])).logits[0, -1].double()
-    return torch.softmax(logits, dim=-1).numpy()
+    key = (id(model), tuple(ids))
+    if key not in _FORWARDS:
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+        _FORWARDS[key] = torch.softmax(logits, dim=-1).numpy()
+    return _FORWARDS[key].copy()
 
 
 def oracle_option_probs(model, prompt: list[int], paths, owners, n_options: int) -> np.ndarray:

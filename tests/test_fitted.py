@@ -1,4 +1,4 @@
-"""The fitted readout's maths and rules (fitted.py, fit.py), without a model: the head's
+"""The fitted readout's maths and rules (fitted.py, head_regression.py), without a model: the head's
 probabilities against a hand computation, the fit's folded projection against scikit-learn's own
 pipeline (StandardScaler → PCA → LogisticRegression), the array encoding, the refusal rules and the
 preset rules. The engine side (hidden states, invariance, the server) is tests/test_fitted_engine.py."""
@@ -11,11 +11,11 @@ import math
 import numpy as np
 import pytest
 
-from typed_decisions.decider import Decider
 from typed_decisions.errors import InvalidRequestError
 from typed_decisions.presets import DeciderSettings, Preset, select_head, with_head
-from typed_decisions.fit import check_rows_per_class, fit_head, paired_interval
+from typed_decisions.head_regression import check_rows_per_class, fit_head, paired_interval
 from typed_decisions.fitted import LOG_FLOOR, FittedHead, decode_array, encode_array
+from typed_decisions.heads import row_answer
 
 sklearn = pytest.importorskip("sklearn", reason="the [fit] extra: pip install 'typed-decisions-runtime[fit]'")
 
@@ -169,7 +169,7 @@ def test_temperature_divides_the_logits_by_the_t_that_fits_the_held_out_predicti
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
 
-    from typed_decisions.fit import design
+    from typed_decisions.head_regression import design
 
     hidden, probs, y = _data(n_per_class=20, h=3, seed=3)  # overlapping classes: an interior T
     plain = fit_head(hidden, probs, y, prior="uniform", l2_grid=(10.0,), folds=5, tol=1e-10)
@@ -197,13 +197,13 @@ def test_too_few_rows_of_a_class_are_refused_by_name():
 
 def test_a_row_without_a_label_or_with_an_unknown_one_is_refused_by_index():
     classes = ["billing", "tech"]
-    assert Decider._row_answer({"state": "x", "answer": "tech"}, 0, classes) == 1
+    assert row_answer({"state": "x", "answer": "tech"}, 0, classes) == 1
     with pytest.raises(InvalidRequestError, match=r"rows\[3\] has no 'answer'") as e:
-        Decider._row_answer({"state": "x"}, 3, classes)
+        row_answer({"state": "x"}, 3, classes)
     assert e.value.loc == ("rows", 3, "answer")
     with pytest.raises(InvalidRequestError, match=r"rows\[4\].answer: 'legal' is not an option"):
-        Decider._row_answer({"state": "x", "answer": "legal"}, 4, classes)
-    assert Decider._row_answer({"state": "x", "answer": True}, 0, ["yes", "no"]) == 0
+        row_answer({"state": "x", "answer": "legal"}, 4, classes)
+    assert row_answer({"state": "x", "answer": True}, 0, ["yes", "no"]) == 0
 
 
 def test_refusal_names_what_differs():

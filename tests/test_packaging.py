@@ -97,3 +97,42 @@ def test_adopt_help_is_torch_free_and_its_api_pinned():
     assert out.returncode == 0, out.stderr
     assert "--out" in out.stdout and "Optimum" in out.stdout
     assert out.stdout.strip().endswith("['AdoptError', 'adopt_onnx'] []")
+
+
+def _other_typed_decisions(site: Path) -> Path:
+    """The metadata that another author's `typed-decisions` 0.1.0 wheel installs: the same import
+    package `typed_decisions` and the same `typed-decisions` console script as ours."""
+    info = site / "typed_decisions-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: typed-decisions\nVersion: 0.1.0\n")
+    (info / "top_level.txt").write_text("typed_decisions\n")
+    (info / "entry_points.txt").write_text("[console_scripts]\ntyped-decisions = typed_decisions.cli:main\n")
+    return info
+
+
+def test_version_names_the_distribution_and_warns_of_the_other_typed_decisions(tmp_path):
+    ours = subprocess.run([sys.executable, "-m", "typed_decisions.cli", "--version"],
+                          capture_output=True, text=True, timeout=60)
+    assert ours.returncode == 0 and ours.stdout.startswith(f"typed-decisions-runtime {typed_decisions.__version__} ")
+    assert "warning" not in ours.stdout
+    _other_typed_decisions(tmp_path)
+    code = (f"import sys; sys.path.append({str(tmp_path)!r})\n"
+            "from typed_decisions.cli import main; main(['--version'])")
+    both = run_python(code)
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.startswith("typed-decisions-runtime ")
+    assert "warning: typed-decisions also installs the import package typed_decisions" in both.stdout
+    assert "pip uninstall typed-decisions" in both.stdout
+
+
+def test_setup_refuses_an_environment_with_the_other_typed_decisions(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    _other_typed_decisions(site)
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], capture_output=True, text=True,
+                         timeout=120, env={"PATH": "/usr/bin:/bin", "VENV": str(venv), "PYTHON": sys.executable})
+    assert out.returncode == 2, out.stderr
+    assert "'typed-decisions' 0.1.0 installed, another project" in out.stderr
+    assert "'typed-decisions-runtime'" in out.stderr and "pip uninstall typed-decisions" in out.stderr
+    assert not (venv / ".td-setup").exists()

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from typed_decisions.answers import answer_question
 from typed_decisions.calibration import CalibrationFile, TypeCalibration
 from typed_decisions.errors import InvalidRequestError
 from typed_decisions import presets
 from typed_decisions.presets import (DeciderSettings, Preset, PresetCalibration, PresetError, load_preset,
                                                 prepare_preset, register_preset, select_calibration, with_calibration)
-from typed_decisions.reducers import confidence
+from typed_decisions.reducers import DEFAULT_CONFIDENCE, confidence
 from typed_decisions.schema import DecisionResponse, Usage
 
 NOUL = {"name": "spam", "type": "noul", "instructions": "Spam?",
@@ -135,20 +137,44 @@ def test_prepare_preset_resolves_the_reading_and_checks_the_param():
 # the maths, against hand-computed values
 
 
-def _response(answer):
-    return DecisionResponse.model_validate({"model": "m", "answers": {answer.pop("name"): answer},
-                                            "usage": {"input_tokens": 1}})
+class _Readout:
+    """A readout that gives the probabilities a wire answer reports (the Decider's answer step
+    reads only its question, probabilities and label mass)."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    @property
+    def question(self):
+        a = self.answer
+        options = (["yes", "no"] if a["type"] == "noul" else list(a["probabilities"]))
+        return SimpleNamespace(name=a["name"], type=a["type"], options=options, legend=a.get("legend", {}))
+
+    def probabilities(self):
+        a = self.answer
+        return np.array([a["noul"], 1 - a["noul"]] if a["type"] == "noul" else list(a["probabilities"].values()))
+
+    def mean_label_mass(self):
+        return None
+
+
+def _decided(call, answer):
+    """``call.result`` of what a Decider answers when its readout gives ``answer``'s probabilities:
+    the call's preset calibration (``call.heads``) applied in the answer step (answers.py)."""
+    head = (call.heads or {}).get(answer["name"])
+    got = answer_question(_Readout(answer), confidence=DEFAULT_CONFIDENCE, head=head)
+    return call.result(DecisionResponse(model="m", answers={answer["name"]: got}, usage={"input_tokens": 1}))
 
 
 def test_temperature_on_a_noul_answer_and_the_threshold_on_the_calibrated_p():
     p = Preset.model_validate(_preset(NOUL, {"m": {"temperature": 0.5, "labels": "names"}}))
     call = prepare_preset("m", p, "s")
-    out = call.result(_response({"name": "spam", "type": "noul", "noul": 0.9}))
+    out = _decided(call, {"name": "spam", "type": "noul", "noul": 0.9})
     # T = 0.5 squares: .81 : .01 -> 81/82; raw 0.9 < 0.95 would ask a person, calibrated acts
     assert out["answers"]["spam"]["noul"] == pytest.approx(81 / 82, rel=1e-12)
     assert out["act"]["probability"] == pytest.approx(81 / 82) and out["act"]["auto"] is True
     assert out["calibration"] == "preset p v1 for m: T=0.5"
-    raw = prepare_preset("m", p, "s", {"calibration": "none"}).result(_response({"name": "spam", "type": "noul", "noul": 0.9}))
+    raw = _decided(prepare_preset("m", p, "s", {"calibration": "none"}), {"name": "spam", "type": "noul", "noul": 0.9})
     assert raw["answers"]["spam"]["noul"] == 0.9 and raw["act"]["auto"] is False
     assert raw["calibration"] == "none: params.calibration is 'none'"
 
@@ -156,9 +182,9 @@ def test_temperature_on_a_noul_answer_and_the_threshold_on_the_calibrated_p():
 def test_contextual_then_temperature_on_a_choice_answer():
     p = Preset.model_validate(_preset(CHOICE, {"m": {"temperature": 2.0, "contextual": True, "labels": "names",
                                                      "content_free_state": "N/A", "content_free": [0.5, 0.25, 0.25]}}))
-    out = prepare_preset("m", p, "s").result(_response({
+    out = _decided(prepare_preset("m", p, "s"), {
         "name": "team", "type": "choice", "choice": "billing", "confidence": 0.5,
-        "probabilities": {"billing": 0.6, "tech": 0.3, "legal": 0.1}}))
+        "probabilities": {"billing": 0.6, "tech": 0.3, "legal": 0.1}})
     # p / p_cf = (1.2, 1.2, 0.4) ∝ (3, 3, 1); T = 2 takes square roots: (√3, √3, 1) / (2√3 + 1)
     z = 2 * math.sqrt(3) + 1
     want = {"billing": math.sqrt(3) / z, "tech": math.sqrt(3) / z, "legal": 1 / z}
@@ -173,9 +199,9 @@ def test_contextual_then_temperature_on_a_choice_answer():
 def test_temperature_on_a_score_answer_keeps_the_legend():
     p = Preset.model_validate(_preset(SCORE, {"m": {"temperature": 0.5, "labels": "letters"}}))
     legend = {"0": "negative", "1": "neutral", "2": "positive"}
-    out = prepare_preset("m", p, "s").result(_response({
+    out = _decided(prepare_preset("m", p, "s"), {
         "name": "mood", "type": "score", "score": 1.1, "confidence": 0.3, "legend": legend,
-        "probabilities": {"0": 0.2, "1": 0.5, "2": 0.3}}))
+        "probabilities": {"0": 0.2, "1": 0.5, "2": 0.3}})
     w = np.array([0.04, 0.25, 0.09]) / 0.38  # squared, renormalised
     got = out["answers"]["mood"]
     assert [got["probabilities"][k] for k in "012"] == pytest.approx(w.tolist(), rel=1e-12)
@@ -301,7 +327,7 @@ def test_calibrate_a_preset_with_examples_reads_after_them(tiny_model_dir, tiny_
     import argparse
 
     from typed_decisions.cli import main
-    from typed_decisions.evaluation.cli import _source
+    from typed_decisions.evaluation.sources import question_rows
 
     shots = [{"state": "WINNER!! Claim your free prize now, call 09061701461", "answer": "yes"},
              {"state": "Are we still on for lunch tomorrow?", "answer": "no"}]
@@ -326,7 +352,7 @@ def test_calibrate_a_preset_with_examples_reads_after_them(tiny_model_dir, tiny_
 
     # oracle: the test split's NLL before calibration, read by hand with and without the examples
     ns = argparse.Namespace(dataset=None, data=data, spec=None, preset=str(src), quiet=True)
-    spec, test_rows, _ = _source(ns, "test", None)
+    spec, test_rows, _ = question_rows(ns, "test", None)
     test_rows = [r for r in test_rows if r["state"] != shots[1]["state"]]
     wire = preset.wire_examples()
 
@@ -343,3 +369,75 @@ def test_calibrate_a_preset_with_examples_reads_after_them(tiny_model_dir, tiny_
     # the fitted preset answers calibrated, after its examples
     answer = presets.answer_preset(tiny_decider, preset, texts[0])
     assert "T=" in answer["calibration"]
+
+
+# -----------------------------------------------------------------------------
+# the Decider applies a preset's calibration (issue #48): the same answers as the old path
+
+
+def _old_path(call, response):
+    """The old ``PresetCall.result``, kept as the oracle: p rebuilt from the Decider's uncalibrated
+    answer, calibrated, reduced again (p → answer → p → answer)."""
+    from typed_decisions import reducers
+    from typed_decisions.presets import decide_action
+
+    spec = call.preset.question_spec()
+    ans = response.answers[spec.name]
+    if spec.type == "noul":
+        probs = np.array([ans.noul, 1.0 - ans.noul])
+    elif spec.type == "choice":
+        probs = np.array([ans.probabilities[o] for o in spec.option_names])
+    else:
+        probs = np.array([ans.probabilities[str(i)] for i in range(len(spec.options))])
+    answers = dict(response.answers)
+    if call.calibration is not None:
+        probs = call.calibration.apply(probs)
+        if spec.type == "noul":
+            new = reducers.reduce_noul(probs)
+        elif spec.type == "choice":
+            new = reducers.reduce_choice(probs, spec.option_names, DEFAULT_CONFIDENCE)
+        else:
+            new = reducers.reduce_score(probs, [ans.legend[str(i)] for i in range(probs.size)], DEFAULT_CONFIDENCE)
+        new.label_mass, new.calibration = ans.label_mass, call.calibration_note
+        answers[spec.name] = new
+    return {"answers": {k: a.model_dump(exclude_none=True) for k, a in answers.items()},
+            "act": decide_action(call.preset, probs, call.threshold), "preset": call.preset.name,
+            "preset_version": call.preset.version, "model": response.model, "calibration": call.calibration_note}
+
+
+def raw_dump(response):
+    return {k: a.model_dump(exclude_none=True) for k, a in response.answers.items()}
+
+
+def _close(got, want, path="out"):
+    """Equal, numbers within 1e-12 (absolute)."""
+    if isinstance(want, dict):
+        assert set(got) == set(want), path
+        for k in want:
+            _close(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, float):
+        assert abs(got - want) <= 1e-12, (path, got, want)
+    else:
+        assert got == want, (path, got, want)
+
+
+@pytest.mark.parametrize("question, entry, params", [
+    (NOUL, {"temperature": 0.4, "contextual": True, "labels": "names", "content_free_state": "N/A",
+            "content_free": [0.7, 0.3]}, {}),
+    (CHOICE, {"temperature": 2.0, "contextual": True, "labels": "names", "content_free_state": "N/A",
+              "content_free": [0.5, 0.25, 0.25]}, {}),
+    (CHOICE, {"temperature": 0.7, "labels": "names", "debias": "canonical"}, {"debias": "canonical"}),
+    (SCORE, {"temperature": 0.5, "labels": "letters"}, {}),
+    (SCORE, {"temperature": 1.6, "contextual": True, "labels": "letters", "content_free_state": "N/A",
+             "content_free": [0.2, 0.5, 0.3]}, {"threshold": 0.4}),
+], ids=["noul-contextual", "choice-contextual", "choice-canonical", "score", "score-contextual"])
+def test_preset_answers_equal_the_old_path_on_the_tiny_model(tiny_decider, question, entry, params):
+    p = Preset.model_validate(_preset(question, {tiny_decider.name: entry}))
+    for state in ("WINNER!! Claim your free prize now", "My invoice shows a double charge, please fix it."):
+        call = prepare_preset(tiny_decider.name, p, state, params, decider=tiny_decider)
+        assert call.calibration is not None and call.heads is not None  # the entry applies: a test that can fail
+        raw = tiny_decider.run(call.request, label_mode=call.label_mode)  # what the old path calibrated
+        want = _old_path(call, raw)
+        got = presets.answer_preset(tiny_decider, p, state, params)
+        assert got["calibration"] == call.calibration_note and got["answers"] != raw_dump(raw)  # calibrated
+        _close(got, want)

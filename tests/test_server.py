@@ -687,7 +687,7 @@ def _sdk_client_suite(decider: Any, state: str, n_async: int = 3) -> dict[str, A
                 result = client.system_one(state, _sdk_questions(sdk))
                 _check_sdk_response(result, decider.name)
                 answers[f"sync-{compression}"] = result.model_dump(mode="json")["answers"]
-                assert [m.name for m in client.models.list().models][-1] == "jev-latest"
+                assert [m.name for m in client.models.list().models][:2] == [decider.name, "jev-latest"]
                 with pytest.raises(sdk.TypeSafeUnprocessableEntityError) as e:
                     client.system_one(state, {"team": sdk.Choice(criteria={"a": None}),
                                               "bad": {"type": "score", "criteria": ["only one"]}})
@@ -877,8 +877,11 @@ def test_cli_serve_drains_on_sigterm(tiny_model_dir, tmp_path):
                        env={"TYPED_DECISIONS_API_KEYS_FILE": str(keys), "TYPED_DECISIONS_MAX_WAIT_MS": "20"})
     auth = {"Authorization": "Bearer sk-ci"}
     models = httpx.get(url + "/v1/models", headers=auth).json()["models"]
-    assert [m["name"] for m in models][1:] == ["jev-latest", "house"]
+    # the operator's aliases, then the catalogue's alias of the served model, as the CLI accepts it
+    assert [m["name"] for m in models][1:] == ["jev-latest", "house", "tiny"]
     assert httpx.post(url + "/v1/systemone", json=REQUEST).status_code == 401
+    by_alias = httpx.post(url + "/v1/systemone", json={**REQUEST, "model": "tiny"}, headers=auth, timeout=120)
+    assert by_alias.status_code == 200 and by_alias.json()["model"] == "smollm2-135m"
     assert _sigterm_while_busy(proc, url, auth) == [200, 200, 200]
 
 

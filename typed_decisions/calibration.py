@@ -3,7 +3,7 @@
 `readout.py` produces option probabilities p; this file adjusts them after the fact, per question
 type (choice / score / noul). Numpy + pydantic only. The file it reads (`CalibrationFile`) is
 versioned JSON. Fitting a calibration on labelled data, and the metrics that judge it, are
-evaluation tooling: `evaluation/fitting.py` and `evaluation/metrics.py`.
+evaluation tooling: `evaluation/calibration_fitting.py` and `evaluation/metrics.py`.
 
     temperature       p_T = softmax(log p / T)                 T > 1 flattens, T < 1 sharpens
     contextual        p_c  ∝ p / p_cf                          p_cf: probabilities for a content-free
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -25,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .readout import as_probabilities
 
-__all__ = ["apply_temperature", "contextual_calibrate", "calibrate", "TypeCalibration", "CalibrationFile"]
+__all__ = ["apply_temperature", "contextual_calibrate", "calibrate", "TypeCalibration", "CalibrationFile",
+           "FixedCalibration"]
 
 QuestionType = Literal["choice", "score", "noul"]
 
@@ -83,6 +85,26 @@ def calibrate(probs: ArrayLike, temperature: float = 1.0, content_free: ArrayLik
     if content_free is not None:
         p = contextual_calibrate(p, content_free)
     return apply_temperature(p, temperature)
+
+
+@dataclass(frozen=True)
+class FixedCalibration:
+    """One question's calibration, fixed before the call: a preset's entry for the model
+    (``PresetCalibration.fixed``), whose p_cf was read when it was fitted. The Decider applies it
+    where it would apply a fitted head (``answers.py``); ``note`` is what the answer's
+    ``calibration`` field then says.
+
+    >>> FixedCalibration(0.5, (0.75, 0.25), "preset x v1 for m: T=0.5, contextual").apply([0.6, 0.4]).round(4).tolist()
+    [0.2, 0.8]
+    """
+
+    temperature: float
+    content_free: tuple[float, ...] | None  # p_cf in option order, when contextual
+    note: str
+
+    def apply(self, probs: ArrayLike) -> np.ndarray:
+        """``calibrate``: p / p_cf (if contextual), then temperature."""
+        return calibrate(probs, self.temperature, self.content_free)
 
 
 # -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@
     typed-decisions eval --model DIR (--dataset NAME | --data F.jsonl --spec S.json) [--plot P.png]
     typed-decisions calibrate --model DIR --dataset NAME --out cal.json
     typed-decisions presets list | show NAME | answer NAME --model DIR [STATE | -]
+    typed-decisions --version                                 the distribution that owns this package
 
 Heavy or optional modules are imported inside each subcommand, so ``--help`` is instant and the
 runtime never imports torch. Errors of this package are printed as one line, exit status 2.
@@ -213,7 +214,7 @@ def _cmd_calibrate(argv: list[str]) -> int:
 
 
 def _cmd_fit(argv: list[str]) -> int:
-    from .evaluation.fit import main_fit
+    from .evaluation.fit_cli import main_fit
 
     return int(main_fit(argv) or 0)
 
@@ -240,11 +241,39 @@ COMMANDS = {
 }
 
 
+DISTRIBUTION = "typed-decisions-runtime"
+CLASHING = "typed-decisions"  # another author's distribution with the same import package and command
+
+
+def version_line() -> str:
+    """Which distribution owns the installed ``typed_decisions`` package, and where it lives; says so
+    when another author's ``typed-decisions`` (the same import package and command) is installed too."""
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+    import typed_decisions
+
+    owners = sorted(set(packages_distributions().get("typed_decisions", [])))
+    where = Path(typed_decisions.__file__).parent
+    try:
+        line = f"{DISTRIBUTION} {version(DISTRIBUTION)} (typed_decisions at {where})"
+    except PackageNotFoundError:
+        line = f"typed_decisions at {where}, not installed as {DISTRIBUTION}"
+    others = [d for d in owners if d.lower().replace("_", "-") != DISTRIBUTION]
+    if others:
+        line += (f"\nwarning: {', '.join(others)} also installs the import package typed_decisions and this "
+                 f"command; it is another project ('{CLASHING}' on the index is not this one): "
+                 f"pip uninstall {' '.join(others)}, then reinstall {DISTRIBUTION}")
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--version"], ["-V"]):
+        print(version_line())
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         lines = "\n".join(f"  {name:10s} {help_}" for name, (_, help_) in COMMANDS.items())
-        print(f"usage: typed-decisions COMMAND [ARGS]\n\ncommands:\n{lines}\n\n"
+        print(f"usage: typed-decisions [--version] COMMAND [ARGS]\n\ncommands:\n{lines}\n\n"
               "Run 'typed-decisions COMMAND --help' for a command's options.")
         if argv and argv[0] not in ("-h", "--help"):
             print(f"\ntyped-decisions: unknown command {argv[0]!r}", file=sys.stderr)

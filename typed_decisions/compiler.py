@@ -54,6 +54,7 @@ from .labels import LabelPaths, build_label_paths, spacing_variants
 from .question_block import (QUESTION_HEAD, QuestionLabels, canonical_base, check_mixture, directed_header,
                              question_block)
 from .schema import Choice, Content, DecisionRequest, Noul, Score, render_content
+from .settings import Settings
 from .tokenization import ChatTemplate, Segment, TextTokenizer
 from .wording import DEFAULT_WORDING, WORDINGS, get_wording
 
@@ -198,11 +199,13 @@ class Compiler:
         return [t for part in ids for t in part], sum(len(part) for part in ids[:ui]), segments
 
     def compile(self, request: DecisionRequest, *, label_mode: LabelMode = "auto",
-                debias: Debias = "none") -> CompiledRequest:
+                debias: Debias = "none", settings: Settings | None = None) -> CompiledRequest:
         """Tokenize every question's prompt; the shared prefix is their common token prefix.
 
-        ``debias`` is the default for a request that does not set its own ``debias`` field;
-        "rotate" adds one prompt per other option order (``debias.question_orders``).
+        ``settings``: the request's reading, already resolved (``Settings.resolve``); without it,
+        ``label_mode`` and ``debias`` are the defaults it is resolved from (the request's own
+        ``debias`` field wins). Debias "rotate" adds one prompt per other option order
+        (``debias.question_orders``).
 
         State and question are one content segment, tokenized together, so the token boundary
         between them is the natural one. The request's examples come before it as earlier turns
@@ -211,8 +214,12 @@ class Compiler:
         — every question part starts that way — so the same state gives the same prefix in
         every request, whatever its questions (what the cross-request cache needs).
         """
+        if settings is None:
+            settings = Settings(label_mode=label_mode, debias=debias, wording=self.wording_name).resolve(request)
+        if settings.wording != self.wording_name:  # one compiler, one wording: never read under another's name
+            raise ValueError(f"settings.wording is {settings.wording!r}; this compiler writes {self.wording_name!r}")
+        label_mode, debias = settings.label_mode, settings.debias
         state_text = _state_block(request.state)
-        debias = request.debias or debias
         history = self._example_turns(request, label_mode, debias)
         reference, head_len, _ = self._tokens(state_text + QUESTION_HEAD, history)
         prompts: list[list[_Prompt]] = []  # per question: its orders (debias.question_orders)

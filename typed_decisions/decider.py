@@ -1,14 +1,13 @@
 """The Decider: requests in, typed answers out. The thin shell that joins the pipeline stages.
 
-    request ─ compiler ─▶ prefix + suffixes + label tries ─ engine ─▶ logits per trie node
-            ─ readout ─▶ option probabilities ─ calibration (if a file is given) ─ reducers ─▶ answers
+    request ─ settings ─ compiler ─▶ prefix + suffixes + label tries ─ engine ─▶ logits per trie node
+            ─ readout ─▶ option probabilities ─ answers (head | calibration, then reducers) ─▶ answers
 
 All questions of all requests passed together go to the engine in ONE call, so the state prefix is
 prefilled once, question suffixes run as one batch, and multi-token label branches as another.
-
-Why over 400 lines: the public surface (``decide``, ``run_many``, ``readouts``, ``explain``, ``fit``,
-``features``, the heads' checks) stays on one class, the object every integration holds; the work
-each method calls lives in its own module (readout_plan.py, explain.py, fit.py, fitted.py).
+Each request's reading (label mode, debias, wording, calibration file) is resolved once
+(``settings.py``) and carried down. The work lives beside it: ``answers.py`` (readout → answer),
+``content_free.py`` (p_cf, kept), ``heads.py`` (fitting and checking heads), ``explain.py``.
 
 >>> decider = Decider.load("tiny")     # a catalogue name, or an export directory  # doctest: +SKIP
 >>> decider.decide("I was charged twice.", {"team": Choice(criteria={"billing": None, "tech": None})})  # doctest: +SKIP
@@ -17,54 +16,33 @@ DecisionResponse(model='tiny', answers={'team': ChoiceAnswer(choice='billing', .
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
 from . import debias as debiasing
+from . import heads as heads_
 from . import reducers
+from .answers import QuestionHead, answer_question
 from .artifacts import Artifacts, load_artifacts
-from .calibration import CalibrationFile, calibrate
-from .compiler import CompiledRequest, Compiler, LabelMode, resolve_label_mode
-from .debias import MAX_ROTATIONS, Debias, rotation_shifts
+from .calibration import CalibrationFile
+from .compiler import CompiledRequest, Compiler, LabelMode
+from .content_free import ContentFreeCache, content_free_probabilities
+from .debias import MAX_ROTATIONS, Debias
 from .engine import Engine
-from .errors import InvalidRequestError
 from .explain import Explanation, QuestionExplanation, TokenAccount, explain_head, explain_question
 from .exports import locate
-from .fit import check_rows_per_class, fit_head
-from .fitted import FitReport, FittedHead
+from .fitted import FittedHead
 from .readout import label_mass as mass_on_labels
 from .readout_plan import Readout, ReadoutPlan, fitted_probabilities, plan_readout
 from .reducers import ConfidenceKind
-from .schema import Answer, Content, DecisionRequest, DecisionResponse, Example, Question, Usage, json_sha256
+from .schema import (Content, DecisionRequest, DecisionResponse, Example, Question, Usage, json_sha256, option_keys,
+                     parse_question, parse_request)
+from .settings import Settings
 from .tokenization import ChatTemplate, TextTokenizer
-
-
-PROMPT_STATE = "<state>"  # the placeholder state a prompt's identity is compiled with (Decider.prompt_sha256)
-PROMPT_INSTRUCTIONS = "<instructions>"  # and the placeholder question text of a head fitted on rows' own texts
-
-
-def parse_request(data: DecisionRequest | Mapping[str, Any]) -> DecisionRequest:
-    """Validate a wire request; errors name the field path (``questions.team.criteria``)."""
-    if isinstance(data, DecisionRequest):
-        return data
-    try:
-        return DecisionRequest.model_validate(data)
-    except ValidationError as e:
-        errors = []
-        for err in e.errors(include_url=False):
-            loc = list(err["loc"])
-            # Drop the discriminator tag pydantic inserts: questions.team.choice.criteria → questions.team.criteria
-            if len(loc) >= 3 and loc[0] == "questions" and loc[2] in ("noul", "choice", "score"):
-                del loc[2]
-            msg = err["msg"].removeprefix("Value error, ")
-            errors.append((tuple(loc), msg))
-        raise InvalidRequestError(errors[0][1], errors[0][0], errors=errors) from None
 
 
 class Decider:
@@ -125,9 +103,7 @@ class Decider:
         if isinstance(calibration, (str, Path)):
             calibration = CalibrationFile.load(calibration)
         self.calibration: CalibrationFile | None = calibration
-        self._cf_memo: dict[tuple[str, str, str, str], np.ndarray] = {}  # (mode, debias, cf state, question JSON) → p_cf
-        self._cf_memo_examples: dict[tuple[str, str, str, str], dict[str, np.ndarray]] = {}  # … request JSON → p_cf
-        self._cf_lock = threading.Lock()
+        self.content_free = ContentFreeCache(maxsize=1024)  # p_cf by question and reading (content_free.py)
 
     @classmethod
     def load(cls, model: str | Path, **kwargs: Any) -> Decider:
@@ -141,6 +117,13 @@ class Decider:
         return cls(load_artifacts(locate(model)), **kwargs)
 
     from_dir = load  # the older name: it accepts catalogue names too
+
+    def settings(self, request: DecisionRequest | None = None, *, label_mode: LabelMode | None = None,
+                 debias: Debias | None = None) -> Settings:
+        """How ``request`` is read (``settings.py``): the call's ``label_mode`` / ``debias`` and the
+        request's own ``debias`` field over this Decider's defaults (None: a call with no request)."""
+        own = Settings(self.label_mode, self.debias, self.compiler.wording_name, self.calibration)
+        return own.resolve(request, label_mode=label_mode, debias=debias)
 
     # -- public API
 
@@ -167,31 +150,32 @@ class Decider:
     def run_many(self, requests: Sequence[DecisionRequest | Mapping[str, Any]], *,
                  label_mode: LabelMode | None = None, share_prefixes: bool = True,
                  use_cache: bool = True, debias: Debias | None = None,
-                 heads: Sequence[Mapping[str, FittedHead] | None] | None = None) -> list[DecisionResponse]:
+                 heads: Sequence[Mapping[str, QuestionHead] | None] | None = None) -> list[DecisionResponse]:
         """Answer several requests in one engine call (shared prefixes computed once).
 
         ``debias`` is the default for requests without their own field (else the Decider's).
-        ``heads``: per request, fitted heads by question name (``fitted.py``, ``fit``): those
-        questions are answered by their head, from the hidden state this call computes anyway;
-        a head that was fitted for another export, prompt or reading is refused (``check_heads``)."""
+        ``heads``: per request, by question name, what answers in place of the zero-shot readout
+        and the Decider's file: a fitted head (``fitted.py``, ``fit``), read from the hidden state
+        this call computes anyway, or a preset's fixed calibration (``calibration.FixedCalibration``);
+        a head fitted for another export, prompt or reading is refused (``check_heads``)."""
         parsed = [parse_request(r) for r in requests]
-        mode, deb = label_mode or self.label_mode, debias or self.debias
         per_request = list(heads) if heads is not None else [None] * len(parsed)
         if len(per_request) != len(parsed):
             raise ValueError(f"heads: one entry per request ({len(parsed)}), got {len(per_request)}")
-        for req, hs in zip(parsed, per_request):
-            self.check_heads(req, hs or {}, label_mode=mode, debias=deb)
-        compiled = [self.compiler.compile(r, label_mode=mode, debias=deb) for r in parsed]
+        settings = [self.settings(r, label_mode=label_mode, debias=debias) for r in parsed]
+        for req, hs, s in zip(parsed, per_request, settings):
+            self.check_heads(req, hs or {}, settings=s)
+        compiled = [self.compiler.compile(r, settings=s) for r, s in zip(parsed, settings)]
         wants = [bool(r.include and "label_mass" in r.include) for r in parsed]
-        readouts = self._read(compiled, share_prefixes=share_prefixes, use_cache=use_cache, label_mass=wants,
-                              hidden=[bool(h) for h in per_request])
-        content_free = self._content_free(parsed, mode, deb)
+        readouts = self.read(compiled, share_prefixes=share_prefixes, use_cache=use_cache, label_mass=wants,
+                             hidden=[any(isinstance(h, FittedHead) for h in (hs or {}).values()) for hs in per_request])
         out = []
-        for req, comp, reads, cf, hs in zip(parsed, compiled, readouts, content_free, per_request):
-            answers: dict[str, Answer] = {}
-            for r in reads:
-                answers[r.question.name] = self._answer(r, cf.get(r.question.name) if cf else None,
+        for req, s, comp, reads, hs in zip(parsed, settings, compiled, readouts, per_request):
+            cf = content_free_probabilities(req, s, self.content_free, self._probabilities) or {}
+            answers = {r.question.name: answer_question(r, confidence=self.confidence_kind, calibration=s.calibration,
+                                                        content_free=cf.get(r.question.name),
                                                         head=(hs or {}).get(r.question.name))
+                       for r in reads}
             out.append(DecisionResponse(model=self.name, answers=answers,
                                         usage=Usage(input_tokens=comp.logical_tokens, output_tokens=0)))
         return out
@@ -211,45 +195,44 @@ class Decider:
         """The raw readouts per question (probabilities, rotations, label mass when asked for, the
         answer position's hidden state with ``hidden``): what evaluation rows record."""
         req = parse_request(request)
-        comp = self.compiler.compile(req, label_mode=label_mode or self.label_mode,
-                                     debias=debias or self.debias)
-        (reads,) = self._read([comp], share_prefixes=share_prefixes, use_cache=use_cache,
-                              label_mass=[label_mass or bool(req.include and "label_mass" in req.include)],
-                              hidden=[hidden])
+        comp = self.compiler.compile(req, settings=self.settings(req, label_mode=label_mode, debias=debias))
+        (reads,) = self.read([comp], share_prefixes=share_prefixes, use_cache=use_cache,
+                             label_mass=[label_mass or bool(req.include and "label_mass" in req.include)],
+                             hidden=[hidden])
         return {r.question.name: r for r in reads}
 
     def explain(self, request: DecisionRequest | Mapping[str, Any], *,
                 label_mode: LabelMode | None = None, debias: Debias | None = None,
-                heads: Mapping[str, FittedHead] | None = None) -> Explanation:
+                heads: Mapping[str, QuestionHead] | None = None) -> Explanation:
         """The request answered and explained (``explain.Explanation``): the prompt and its
         shared-prefix boundary, per question every option's label tokens with their logits and
         probabilities, the trie nodes, the answers (exactly ``run``'s) and what was computed."""
         t0 = time.perf_counter()
         req = parse_request(request)
-        mode, deb = label_mode or self.label_mode, debias or self.debias
+        s = self.settings(req, label_mode=label_mode, debias=debias)
         heads = heads or {}
-        self.check_heads(req, heads, label_mode=mode, debias=deb)
-        comp = self.compiler.compile(req, label_mode=mode, debias=deb)
+        self.check_heads(req, heads, settings=s)
+        comp = self.compiler.compile(req, settings=s)
         before = self.engine.stats.tokens_computed
-        (reads,) = self._read([comp], share_prefixes=True, use_cache=True, label_mass=[True], hidden=[bool(heads)])
+        (reads,) = self.read([comp], share_prefixes=True, use_cache=True, label_mass=[True],
+                             hidden=[any(isinstance(h, FittedHead) for h in heads.values())])
         computed = self.engine.stats.tokens_computed - before  # this call's (other threads may add)
-        (cf,) = self._content_free([req], mode, deb)
-        token = self.tokenizer.token_str
+        cf = content_free_probabilities(req, s, self.content_free, self._probabilities) or {}
         questions: dict[str, QuestionExplanation] = {}
         for r in reads:
-            q = r.question
-            head = heads.get(q.name)
-            answer = self._answer(r, cf.get(q.name) if cf else None,
-                                  with_mass=bool(req.include and "label_mass" in req.include), head=head)
-            questions[q.name] = explain_question(r, answer, req.questions[q.name], token,
-                                                  self.tokenizer.decode, self.confidence_kind, comp.debias)
-            if head is not None:
+            q, head = r.question, heads.get(r.question.name)
+            answer = answer_question(r, confidence=self.confidence_kind, calibration=s.calibration,
+                                     content_free=cf.get(q.name), head=head,
+                                     with_mass=bool(req.include and "label_mass" in req.include))
+            questions[q.name] = explain_question(r, answer, req.questions[q.name], self.tokenizer.token_str,
+                                                 self.tokenizer.decode, self.confidence_kind, comp.debias)
+            if isinstance(head, FittedHead):
                 questions[q.name].fitted = explain_head(head, r)
-        answers = {name: qe.answer for name, qe in questions.items()}
         logical = comp.logical_tokens
         return Explanation(
             model=self.name, label_mode=comp.label_mode, prefix_text=self.tokenizer.decode(list(comp.prefix_ids)),
-            prefix_ids=list(comp.prefix_ids), questions=questions, answers=answers,
+            prefix_ids=list(comp.prefix_ids), questions=questions,
+            answers={name: qe.answer for name, qe in questions.items()},
             usage=Usage(input_tokens=logical, output_tokens=0),
             tokens=TokenAccount(prefix_tokens=len(comp.prefix_ids),
                                 prompt_tokens=len(comp.prefix_ids) + sum(len(q.suffix_ids) for _, _, q in comp.units()),
@@ -257,7 +240,7 @@ class Decider:
                                 tokens_saved=max(0, logical - computed)),
             latency_ms=round((time.perf_counter() - t0) * 1000, 2))
 
-    # -- fitted heads (fitted.py)
+    # -- fitted heads (heads.py does the work; fitted.py is the head)
 
     @property
     def model_key(self) -> str:
@@ -271,197 +254,18 @@ class Decider:
         """The export's identity: the canonical hash of its manifest's file hashes."""
         return json_sha256(self.artifacts.manifest.get("files") or {})
 
-    def prompt_sha256(self, question: Question | Mapping[str, Any], classes: Sequence[str] | None = None, *,
-                      label_mode: LabelMode | None = None, debias: Debias | None = None,
-                      examples: Sequence[Example | Mapping[str, Any]] | None = None,
-                      own_instructions: bool = False) -> str:
-        """The identity of a question's prompt: sha256 of its token ids (system text, template,
-        examples, question text, options in ``classes`` order with their labels) compiled with a
-        placeholder state, and the label mode and debias it was read with. ``own_instructions``:
-        the question text is a placeholder too (a head fitted on rows that each ask their own)."""
-        q = question if isinstance(question, Mapping) else question.model_dump(mode="json", exclude_none=True)
-        if own_instructions:
-            q = {**q, "instructions": PROMPT_INSTRUCTIONS}
-        if classes is not None and q.get("type") == "choice":
-            crit = q["criteria"]
-            q = {**q, "criteria": {c: crit[c] for c in classes}}
-        body: dict[str, Any] = {"model": self.name, "state": PROMPT_STATE, "questions": {"q": q}}
-        if examples:
-            body["examples"] = [e.model_dump(mode="json", exclude_none=True) if isinstance(e, Example) else e
-                                for e in examples]
-        deb = debias or self.debias
-        comp = self.compiler.compile(parse_request(body), label_mode=label_mode or self.label_mode, debias=deb)
-        (cq,) = comp.questions
-        return json_sha256({"prompt": list(comp.prefix_ids + cq.suffix_ids), "labels": cq.label_mode,
-                            "paths": [list(p) for p in cq.label_paths.paths], "debias": comp.debias})
+    fit = heads_.fit                      # fit(question, rows, *, rotations, label_mode, debias, ...) → FittedHead
+    features = heads_.features            # features(question, rows, *, rotations, ...) → (hidden, probs, groups)
+    prompt_sha256 = heads_.prompt_sha256  # prompt_sha256(question, classes, *, label_mode, debias, ...) → str
+    check_heads = heads_.check_heads      # check_heads(request, heads, *, label_mode, debias, settings) → None
+    parse_question = staticmethod(parse_question)
+    option_keys = staticmethod(option_keys)
 
-    def check_heads(self, request: DecisionRequest | Mapping[str, Any], heads: Mapping[str, FittedHead], *,
-                    label_mode: LabelMode | None = None, debias: Debias | None = None) -> None:
-        """Refuse (InvalidRequestError at ``heads.<question>``) a head that was fitted for another
-        model, export, prompt or reading of its question than this request's."""
-        req = parse_request(request)
-        mode, deb = label_mode or self.label_mode, debias or self.debias
-        for name, head in heads.items():
-            if name not in req.questions:
-                raise InvalidRequestError(f"{name!r} is not a question of the request ({list(req.questions)})",
-                                          ("heads", name))
-            q = req.questions[name]
-            labels = resolve_label_mode(q.type, mode)
-            try:
-                head.order(self.option_keys(q))
-            except ValueError as e:
-                raise InvalidRequestError(str(e), ("heads", name)) from None
-            why = head.refusal(model=self.model_key, export_sha256=self.export_sha256,
-                               prompt_sha256=self.prompt_sha256(q, head.classes, label_mode=mode, debias=req.debias or deb,
-                                                                examples=req.examples,
-                                                                own_instructions=head.own_instructions),
-                               labels=labels, debias=req.debias or deb, wording=self.compiler.wording_name)
-            if why:
-                raise InvalidRequestError(f"the fitted head cannot answer this question: {why}", ("heads", name))
+    # -- the engine call
 
-    def fit(self, question: Question | Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *,
-            rotations: int | None = None, label_mode: LabelMode | None = None, debias: Debias | None = None,
-            examples: Sequence[Example | Mapping[str, Any]] | None = None, components: int = 256,
-            class_weight: str = "balanced", prior: str | Sequence[float] = "rows", folds: int = 5, batch: int = 16,
-            calibrate: str = "none", progress: bool = False, command: str = "") -> FittedHead:
-        """Fit a head for ``question`` on labelled ``rows`` ``{"state", "answer", "instructions"?}``
-        (``answer``: an option key — choice: its name; score: a level number; noul: yes/no or a
-        bool; ``instructions``: the row's own question text). Each row is read once (``features``);
-        choice rows under ``rotations`` cyclic option orders, so the head learns the options, not
-        their places: by default every rotation, at most ``MAX_ROTATIONS`` (8) evenly spaced, and one
-        order under ``debias="canonical"`` (one prompt for every listing). A head read in the listed
-        order only learns the places too: on the default model it flipped 42.5 % of binary answers
-        when the two options were swapped, against 2.5 % fitted over both orders (docs/evaluation.md,
-        "Option order of fitted heads"). ``prior``: the class frequencies the head assumes where it
-        answers — "rows" (the rows' own), "uniform", or one frequency per option (when the rows were
-        not sampled as the answers occur, e.g. k per class); ``calibrate="temperature"`` divides the
-        head's logits by the temperature that fits its cross-validated predictions. Needs scikit-learn
-        (``fit.py``); errors name the row and field."""
-        q = self.parse_question(question)
-        classes = self.option_keys(q)
-        gold = [self._row_answer(row, i, classes) for i, row in enumerate(rows)]
-        check_rows_per_class(gold, classes)
-        canonical = (debias or self.debias) == "canonical"
-        if q.type != "choice":
-            n_orders = 1
-        elif rotations is None:
-            n_orders = 1 if canonical else len(rotation_shifts(len(classes)))
-        else:
-            n_orders = rotations
-        if n_orders < 1:
-            raise ValueError(f"rotations must be >= 1, got {rotations}")
-        if n_orders > 1 and canonical:
-            raise ValueError(f"rotations={rotations} would read each row {rotations} times the same prompt: under "
-                             "debias='canonical' the options are shown in one order whatever the listing; use rotations=1")
-        hidden, probs, groups = self.features(q, rows, rotations=n_orders, label_mode=label_mode, debias=debias,
-                                              examples=examples, batch=batch, progress=progress)
-        y = np.repeat(np.asarray(gold), n_orders)
-        result = fit_head(hidden, probs, y, components=components, class_weight=class_weight,  # type: ignore[arg-type]
-                          prior=prior, folds=folds, groups=groups if n_orders > 1 else None,  # type: ignore[arg-type]
-                          calibrate=calibrate)  # type: ignore[arg-type]
-        mode, deb = label_mode or self.label_mode, debias or self.debias
-        own = any(row.get("instructions") is not None for row in rows)
-        counts = np.bincount(np.asarray(gold), minlength=len(classes))
-        report = FitReport(rows=len(rows), rows_per_class={c: int(k) for c, k in zip(classes, counts)},
-                           components=result.components, l2=result.l2, folds=result.folds,
-                           cv_accuracy=result.cv_accuracy, cv_nll=result.cv_nll,
-                           zero_shot_cv_accuracy=result.zero_shot_accuracy, rotations=n_orders,
-                           cv_gain=None if result.cv_gain is None else [round(x, 4) for x in result.cv_gain],
-                           class_weight=class_weight, prior=prior if isinstance(prior, str) else [float(x) for x in prior],  # type: ignore[arg-type]
-                           temperature=round(result.temperature, 6), seconds=round(result.seconds, 3),
-                           date=time.strftime("%Y-%m-%d"), command=command)
-        return FittedHead(
-            question_type=q.type, classes=classes, model=self.model_key, export_sha256=self.export_sha256,
-            prompt_sha256=self.prompt_sha256(q, classes, label_mode=mode, debias=deb, examples=examples,
-                                             own_instructions=own), own_instructions=own,
-            rows_sha256=json_sha256([{k: row[k] for k in ("state", "answer", "instructions") if k in row}
-                                     for row in rows]),
-            labels=resolve_label_mode(q.type, mode), debias=deb, wording=self.compiler.wording_name,
-            mean=result.mean, scale=result.scale, weights=result.weights, bias=result.bias, fitted=report)
-
-    def features(self, question: Question | Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *,
-                 rotations: int = 1, label_mode: LabelMode | None = None, debias: Debias | None = None,
-                 examples: Sequence[Example | Mapping[str, Any]] | None = None, batch: int = 16,
-                 progress: bool = False, layers: bool = False) -> tuple[np.ndarray, ...]:
-        """What a head reads, per row and option order (row-major): the hidden state at the answer
-        position (n·R, H), the zero-shot probabilities in the question's option order (n·R, C),
-        and each line's row index (the CV groups). ``rotations`` R: the options listed from the
-        ``j·C/R``-th on (choice only). ``layers=True`` adds a fourth array, the mid-layer states
-        there (n·R, L, H), L = ``engine.hidden_layers`` (an error for an export without them)."""
-        from tqdm.auto import tqdm
-
-        q = self.parse_question(question)
-        classes = self.option_keys(q)
-        dumped = q.model_dump(mode="json", exclude_none=True)
-        shifts = [j * len(classes) // rotations for j in range(rotations)]
-        bodies, groups = [], []
-        for i, row in enumerate(rows):
-            if "state" not in row:
-                raise InvalidRequestError(f"rows[{i}] has no 'state'", ("rows", i, "state"))
-            for shift in shifts:
-                qd = dict(dumped)
-                if shift:
-                    names = classes[shift:] + classes[:shift]
-                    qd["criteria"] = {c: dumped["criteria"][c] for c in names}
-                if row.get("instructions") is not None:
-                    qd["instructions"] = row["instructions"]
-                body: dict[str, Any] = {"model": self.name, "state": row["state"], "questions": {"q": qd}}
-                if examples:
-                    body["examples"] = [e.model_dump(mode="json", exclude_none=True) if isinstance(e, Example) else e
-                                        for e in examples]
-                bodies.append(body)
-                groups.append(i)
-        mode, deb = label_mode or self.label_mode, debias or self.debias
-        if layers:
-            self.engine.require_layers()
-        hidden, probs, mids = [], [], []
-        for at in tqdm(range(0, len(bodies), batch), desc="features", unit="batch", disable=not progress):
-            parsed = [parse_request(b) for b in bodies[at : at + batch]]
-            compiled = [self.compiler.compile(r, label_mode=mode, debias=deb) for r in parsed]
-            for (r,) in self._read(compiled, share_prefixes=True, use_cache=True, hidden=[True] * len(compiled),
-                                   layers=layers):
-                assert r.hidden is not None
-                idx = [list(r.question.options).index(c) for c in classes]
-                hidden.append(r.hidden.astype(np.float64))
-                probs.append(r.probabilities()[idx])
-                mids.append(r.layers)
-        out = (np.stack(hidden), np.stack(probs), np.asarray(groups))
-        return (*out, np.stack(mids).astype(np.float64)) if layers else out
-
-    @staticmethod
-    def parse_question(question: Question | Mapping[str, Any]) -> Question:
-        """A wire question (dict) validated as one; errors name its field (``questions.q.…``)."""
-        if not isinstance(question, Mapping):
-            return question
-        req = parse_request({"model": "-", "state": "", "questions": {"q": dict(question)}})
-        return req.questions["q"]
-
-    @staticmethod
-    def _row_answer(row: Mapping[str, Any], i: int, classes: Sequence[str]) -> int:
-        """A row's gold class index; refuses a row without a label or with one not among the options."""
-        if "answer" not in row or row["answer"] is None:
-            raise InvalidRequestError(f"rows[{i}] has no 'answer' (the option it should get)", ("rows", i, "answer"))
-        raw = row["answer"]
-        key = ("yes" if raw else "no") if isinstance(raw, bool) else str(raw)
-        if key not in classes:
-            raise InvalidRequestError(f"rows[{i}].answer: {raw!r} is not an option of the question ({list(classes)})",
-                                      ("rows", i, "answer"))
-        return list(classes).index(key)
-
-    @staticmethod
-    def option_keys(q: Question) -> list[str]:  # noqa: D401
-        """A question's option keys as its answers name them (choice: names; score: '0'..; noul: yes, no)."""
-        if q.type == "choice":
-            return list(q.criteria)
-        if q.type == "score":
-            return [str(i) for i in range(len(q.criteria))]
-        return ["yes", "no"]
-
-    # -- internals
-
-    def _read(self, compiled: Sequence[CompiledRequest], *, share_prefixes: bool,
-              use_cache: bool, label_mass: Sequence[bool] = (), hidden: Sequence[bool] = (),
-              layers: bool = False) -> list[list[Readout]]:
+    def read(self, compiled: Sequence[CompiledRequest], *, share_prefixes: bool = True,
+             use_cache: bool = True, label_mass: Sequence[bool] = (), hidden: Sequence[bool] = (),
+             layers: bool = False) -> list[list[Readout]]:
         """One engine call for every prompt of ``compiled``; ``label_mass[i]``: read the label
         mass of request i's prompts (one full-vocabulary product each, at its trie root);
         ``hidden[i]``: keep the hidden state at each of request i's trie roots (``Readout.hidden``),
@@ -475,8 +279,7 @@ class Decider:
         mids: list[np.ndarray] | None = [] if layers and any(keep) else None
         logits = self.engine.next_token_logits(plan.contexts, plan.allowed, cache_points=points,
                                                use_cache=use_cache, share_prefixes=share_prefixes,
-                                               owners=owners, hidden_out=hiddens,
-                                               layers_out=mids)
+                                               owners=owners, hidden_out=hiddens, layers_out=mids)
         masses = None
         if hiddens is not None:
             masses = {}
@@ -491,87 +294,10 @@ class Decider:
                                                  if keep[plan.where[i][0]]}
         return plan.readouts(logits, masses if any(wants) else None, kept, kept_layers)
 
-    def _content_free(self, requests: Sequence[DecisionRequest], mode: LabelMode, debias: Debias = "none"
-                      ) -> list[dict[str, np.ndarray] | None]:
-        """Content-free probabilities for contextual calibration (only when the file asks for it).
-
-        p_cf depends only on the question (and label mode), not on the request's state, so each
-        question's p_cf is computed once and memoized: a router asking the same question of every
-        message pays for it on the first message only. A request with few-shot examples shows
-        every question's example turns before each question, so its p_cf is read from the whole
-        request (its questions and examples) with the content-free state, memoized on both."""
-        cal = self.calibration
-        if cal is None or not any(c.contextual for c in cal.per_type.values()):
-            return [None] * len(requests)
-        out: list[dict[str, np.ndarray] | None] = []
-        for req in requests:
-            wanted = {n: q for n, q in req.questions.items() if cal.for_type(q.type).contextual}
-            if not wanted:
-                out.append(None)
-                continue
-            probs: dict[str, np.ndarray] = {}
-            deb = req.debias or debias  # the request's own field wins, as in compile
-            if req.examples:
-                probs = self._content_free_with_examples(req, mode, deb)
-                out.append({n: probs[n] for n in wanted})
-                continue
-            for name, q in wanted.items():
-                key = (mode, deb, cal.content_free_state or "", q.model_dump_json())
-                with self._cf_lock:
-                    hit = self._cf_memo.get(key)
-                if hit is None:
-                    cf_req = DecisionRequest(model=req.model, state=cal.content_free_state or "", questions={name: q})
-                    hit = self.probabilities(cf_req, label_mode=mode, debias=deb)[name]
-                    with self._cf_lock:
-                        self._cf_memo[key] = hit
-                        while len(self._cf_memo) > 1024:
-                            self._cf_memo.pop(next(iter(self._cf_memo)))
-                probs[name] = hit
-            out.append(probs)
-        return out
-
-    def _content_free_with_examples(self, req: DecisionRequest, mode: LabelMode, deb: Debias
-                                    ) -> dict[str, np.ndarray]:
-        """p_cf of every question of a request with examples: the same request, content-free state."""
-        cal = self.calibration
-        assert cal is not None
-        cf_state = cal.content_free_state or ""
-        key = (mode, deb, cf_state, req.model_copy(update={"state": cf_state, "include": None}).model_dump_json())
-        with self._cf_lock:
-            hit = self._cf_memo_examples.get(key)
-        if hit is None:
-            cf_req = req.model_copy(update={"state": cf_state, "include": None})
-            hit = self.probabilities(cf_req, label_mode=mode, debias=deb)
-            with self._cf_lock:
-                self._cf_memo_examples[key] = hit
-                while len(self._cf_memo_examples) > 1024:
-                    self._cf_memo_examples.pop(next(iter(self._cf_memo_examples)))
-        return hit
-
-    def _answer(self, r: Readout, content_free: np.ndarray | None, *, with_mass: bool = True,
-                head: FittedHead | None = None) -> Answer:
-        q = r.question
-        p = r.probabilities()
-        applied = None
-        if head is not None:  # the fitted head replaces calibration: it was fitted on raw p
-            p = fitted_probabilities(head, r)
-            applied = f"fitted head {head.id} ({head.model}, {head.fitted.rows if head.fitted else '?'} rows)"
-        elif self.calibration is not None:
-            tc = self.calibration.for_type(q.type)
-            if tc.temperature != 1.0 or tc.contextual:
-                p = calibrate(p, tc.temperature, content_free if tc.contextual else None)
-                applied = (f"{self.calibration.model}@v{self.calibration.version}: T={tc.temperature:g}"
-                           + (", contextual" if tc.contextual else ""))
-        if q.type == "noul":
-            answer: Answer = reducers.reduce_noul(p)
-        elif q.type == "choice":
-            answer = reducers.reduce_choice(p, list(q.options), self.confidence_kind)
-        else:
-            answer = reducers.reduce_score(p, [q.legend[k] for k in q.options], self.confidence_kind)
-        answer.calibration = applied
-        if with_mass:
-            answer.label_mass = r.mean_label_mass()  # None unless the request asked for it
-        return answer
+    def _probabilities(self, request: DecisionRequest, settings: Settings) -> dict[str, np.ndarray]:
+        """Uncalibrated option probabilities of a request read under resolved settings (p_cf)."""
+        (reads,) = self.read([self.compiler.compile(request, settings=settings)], label_mass=[False])
+        return {r.question.name: r.probabilities() for r in reads}
 
 
 __all__ = ["Decider", "Readout", "ReadoutPlan", "fitted_probabilities", "parse_request", "plan_readout"]  # planning: readout_plan.py

@@ -12,7 +12,7 @@ log p (K,) of the options. A multinomial logistic head over both,
     p̂      = softmax(logits)                   float64, max subtracted (readout.restricted_softmax)
 
 costs one (C × (K + H)) product per answer and no extra forward pass. Fitting it (PCA, L2
-logistic regression, the regularisation chosen by cross-validation: ``evaluation/fit.py``) folds
+logistic regression, the regularisation chosen by cross-validation: ``evaluation/fit_cli.py``) folds
 the projection into W, so serving needs only these arrays.
 
 A head is valid only for what it was fitted on, and says so (``FittedHead.refusal``): the export

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -40,6 +41,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    ValidationError,
     field_validator,
     model_serializer,
     model_validator,
@@ -350,8 +352,34 @@ class DecisionResponse(BaseModel):
     usage: Usage
 
 
+
+def parse_request(data: DecisionRequest | Mapping[str, Any]) -> DecisionRequest:
+    """Validate a wire request; errors name the field path (``questions.team.criteria``)."""
+    if isinstance(data, DecisionRequest):
+        return data
+    try:
+        return DecisionRequest.model_validate(data)
+    except ValidationError as e:
+        errors = []
+        for err in e.errors(include_url=False):
+            loc = list(err["loc"])
+            # Drop the discriminator tag pydantic inserts: questions.team.choice.criteria → questions.team.criteria
+            if len(loc) >= 3 and loc[0] == "questions" and loc[2] in ("noul", "choice", "score"):
+                del loc[2]
+            msg = err["msg"].removeprefix("Value error, ")
+            errors.append((tuple(loc), msg))
+        raise InvalidRequestError(errors[0][1], errors[0][0], errors=errors) from None
+
+
+def parse_question(question: Question | Mapping[str, Any]) -> Question:
+    """A wire question (dict) validated as one; errors name its field (``questions.q.…``)."""
+    if not isinstance(question, Mapping):
+        return question
+    return parse_request({"model": "-", "state": "", "questions": {"q": dict(question)}}).questions["q"]
+
+
 __all__ = [
     "Answer", "Choice", "ChoiceAnswer", "Content", "Debias", "DecisionRequest", "Example", "Include", "DecisionResponse", "Noul",
     "NoulAnswer", "NoulCriteria", "Question", "SAMPLING_PARAMETERS", "Score", "ScoreAnswer",
-    "Usage", "json_sha256", "option_keys", "render_content",
+    "Usage", "json_sha256", "option_keys", "parse_question", "parse_request", "render_content",
 ]

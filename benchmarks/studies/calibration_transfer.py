@@ -50,7 +50,7 @@ import numpy as np
 
 from benchmarks import harness
 from typed_decisions.calibration import TypeCalibration
-from typed_decisions.evaluation.fitting import apply_calibration, fit_temperature
+from typed_decisions.evaluation.calibration_fitting import apply_calibration, fit_temperature
 from typed_decisions.evaluation.metrics import EPS, accuracy, ece, nll
 
 N_BINS = 10

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.harness import read_results
 from benchmarks.studies import calibration_transfer as ct
-from typed_decisions.evaluation.fitting import fit_temperature
+from typed_decisions.evaluation.calibration_fitting import fit_temperature
 from typed_decisions.evaluation.metrics import accuracy, ece, nll
 
 

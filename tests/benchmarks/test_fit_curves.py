@@ -112,7 +112,7 @@ def test_the_four_multinomial_readouts_derived_from_one_fit_equal_fitting_each()
     """prior_variants: rows / split prior, with and without the CV temperature, from one
     fit_head(prior="rows", calibrate="temperature") equal fit_head called for each (the oracle)."""
     pytest.importorskip("sklearn", reason="the [fit] extra")
-    from typed_decisions.fit import fit_head
+    from typed_decisions.head_regression import fit_head
 
     rng = np.random.default_rng(3)
     n, hdim, c = 90, 12, 3

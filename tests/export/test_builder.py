@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from export_cache import STATES, Lazy
+from export_cache import STATES, Lazy, cached_export
 from td_invariance import request, vector
 from tiny_models import ARCHES, save_tiny_model
 from typed_decisions_export import ExportError, export_model
@@ -36,17 +36,24 @@ from typed_decisions_export.builder_choice import choose_builder
 from typed_decisions_export.ort_backbone import OrtBackbone
 
 TOL = 1e-5
+# what the tiny folders are made from (tiny_models.py, and spread_folders' arguments in conftest.py): a
+# cached traced oracle is remade when they change (tests/export_cache.py)
+TINY_RECIPE = (Path(__file__).with_name("tiny_models.py"), Path(__file__).with_name("conftest.py"))
 @pytest.fixture(scope="module")
 def pairs(spread_folders, tmp_path_factory):
-    """arch -> {"traced": (dir, manifest), "builder": (dir, manifest)}, each passing its self-check."""
+    """arch -> {"traced": (dir, manifest), "builder": (dir, manifest)}, each passing its self-check.
+    The traced export, the oracle (torch.onnx, most of this module's time), is cached on disk per
+    exporter version, recipe of the tiny models and library versions (tests/export_cache.py); the
+    builder's is made afresh every run."""
     root = tmp_path_factory.mktemp("builder_pairs")
 
     def make(arch):
-        out = {}
-        for mode, flag in (("traced", "off"), ("builder", "on")):
-            d = root / arch / mode
-            out[mode] = (d, export_model(spread_folders[arch], d, name=f"tiny-{arch}", progress=False, builder=flag))
-        return out
+        traced = cached_export(f"builder-oracle-{arch}", lambda work: export_model(
+            spread_folders[arch], work, name=f"tiny-{arch}", progress=False, builder="off"), inputs=TINY_RECIPE)
+        built = root / arch / "builder"
+        return {"traced": (traced, json.loads((traced / "manifest.json").read_text())),
+                "builder": (built, export_model(spread_folders[arch], built, name=f"tiny-{arch}", progress=False,
+                                                builder="on"))}
 
     return Lazy(make)
 
@@ -456,13 +463,13 @@ def test_yarn_rope_graph_equals_traced_graph(tmp_path):
     the builder's graph against the traced one, and the builder export's own self-check."""
     yarn = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64}
     folder = save_tiny_model("qwen2", tmp_path / "src", spread_vectors=True, config_overrides={"rope_parameters": yarn})
-    out = {}
-    for mode, flag in (("traced", "off"), ("builder", "on")):
-        out[mode] = export_model(folder, tmp_path / mode, name="tiny-yarn", progress=False, builder=flag)
-    assert out["builder"]["self_check"]["passed"] and out["builder"]["export"]["graph"] == "builder"
-    errors = compare_graphs(tmp_path / "builder" / "model.onnx", tmp_path / "traced" / "model.onnx")
+    traced = cached_export("builder-oracle-qwen2-yarn", lambda work: export_model(  # the oracle, cached
+        folder, work, name="tiny-yarn", progress=False, builder="off"), inputs=(*TINY_RECIPE, Path(__file__)))  # `yarn` is here
+    built = export_model(folder, tmp_path / "builder", name="tiny-yarn", progress=False, builder="on")
+    assert built["self_check"]["passed"] and built["export"]["graph"] == "builder"
+    errors = compare_graphs(tmp_path / "builder" / "model.onnx", traced / "model.onnx")
     assert max(errors.values()) <= TOL, errors
     # not vacuous: without the yarn scaling the graph is another one
     plain = save_tiny_model("qwen2", tmp_path / "plain", spread_vectors=True)
     export_model(plain, tmp_path / "plain-out", progress=False, builder="on")
-    assert max(compare_graphs(tmp_path / "plain-out" / "model.onnx", tmp_path / "traced" / "model.onnx").values()) > 1e-3
+    assert max(compare_graphs(tmp_path / "plain-out" / "model.onnx", traced / "model.onnx").values()) > 1e-3

@@ -53,28 +53,39 @@ GGUF_ARCHES = ["qwen2", "llama", "gemma3", "phi3"]
 GGUF_OVERRIDES = {"gemma3": {"num_hidden_layers": 6, "layer_types": None}}
 
 
+# what the tiny GGUFs are made from (GGUF_OVERRIDES is in this file): the cached GGUFs and traced
+# oracles are remade when any of them changes (tests/export_cache.py)
+TINY_RECIPE = (Path(__file__).with_name("tiny_models.py"), Path(__file__).with_name("tiny_gguf.py"), Path(__file__))
+
+
 @pytest.fixture(scope="module")
-def tiny_ggufs(tmp_path_factory):
-    """arch -> tiny GGUF file (spread norm weights and biases, vocabulary = the tokenizer's)."""
-    root = tmp_path_factory.mktemp("tiny_gguf")
+def tiny_ggufs():
+    """arch -> tiny GGUF file (spread norm weights and biases, vocabulary = the tokenizer's), cached
+    on disk per recipe and library versions, so the traced exports made from it can be cached too."""
 
     def make(arch):
-        folder = save_tiny_model(arch, root / arch, spread_vectors=True, vocab_from_tokenizer=True,
-                                 config_overrides=GGUF_OVERRIDES.get(arch))
-        return write_gguf(folder, root / f"{arch}.gguf")
+        def build(work):
+            folder = save_tiny_model(arch, work / arch, spread_vectors=True, vocab_from_tokenizer=True,
+                                     config_overrides=GGUF_OVERRIDES.get(arch))
+            write_gguf(folder, work / f"{arch}.gguf")
+
+        return cached_export(f"gguf-{arch}", build, marker=f"{arch}.gguf", inputs=TINY_RECIPE) / f"{arch}.gguf"
 
     return Lazy(make)
 
 
 @pytest.fixture(scope="module")
 def gguf_pairs(tiny_ggufs, tmp_path_factory):
-    """arch -> {"traced": (dir, manifest), "builder": (dir, manifest)} exported from the same GGUF."""
+    """arch -> {"traced": (dir, manifest), "builder": (dir, manifest)} exported from the same GGUF: the
+    traced one, the oracle, cached on disk (tests/export_cache.py); the builder's made afresh."""
     root = tmp_path_factory.mktemp("gguf_pairs")
 
     def make(arch):
-        return {mode: (root / arch / mode, export_model(tiny_ggufs[arch], root / arch / mode, progress=False,
-                                                         builder=flag))
-                for mode, flag in (("traced", "off"), ("builder", "auto"))}
+        traced = cached_export(f"gguf-oracle-{arch}", lambda work: export_model(
+            tiny_ggufs[arch], work, progress=False, builder="off"), inputs=TINY_RECIPE)
+        built = root / arch / "builder"
+        return {"traced": (traced, json.loads((traced / "manifest.json").read_text())),
+                "builder": (built, export_model(tiny_ggufs[arch], built, progress=False, builder="auto"))}
 
     return Lazy(make)
 

@@ -52,6 +52,11 @@ class PrefixCache:
                 self._entries.move_to_end(key)
             return entry
 
+    def holds(self, tokens: Sequence[int]) -> bool:
+        """Whether ``tokens`` is cached, without counting as a use (the LRU order is kept)."""
+        with self._lock:
+            return self._key(tokens) in self._entries
+
     def put(self, tokens: Sequence[int], kv: KVRows, hidden: np.ndarray, layers: np.ndarray | None = None) -> None:
         entry = (kv, hidden, layers)
         size = entry_bytes(entry)

@@ -6,9 +6,10 @@ them of labelled rows and measures the answers. One module per idea:
     datasets.py     named public datasets, fetched from pinned packages, deduplicated and split
     run.py          ask a spec of every row (``evaluate``), the reliability plot
     metrics.py      accuracy, macro-F1, NLL, Brier, ECE, reliability bins, risk-coverage
-    fitting.py      calibration fitting (temperature, contextual, combined); applying is ``calibration.py``
+    calibration_fitting.py  calibration fitting (temperature, contextual, combined); applying is ``calibration.py``
     permutation.py  how much option order moves the probabilities
-    fit.py          ``typed-decisions fit``: a fitted head from a dataset's rows, into a preset
+    fit_cli.py      ``typed-decisions fit``: a fitted head from a dataset's rows, into a preset
+    sources.py      the rows a command names (--dataset, --data + --spec, --preset)
     cli.py          ``typed-decisions eval | calibrate``
 
 The question spec (``QuestionSpec``) is ``typed_decisions/spec.py`` and the presets are
@@ -29,7 +30,7 @@ _EXPORTS = {
     "OptionSpec": "..spec", "QuestionSpec": "..spec",
     "evaluate": "run", "collect_probabilities": "run", "content_free_probabilities": "run",
     "plot_reliability": "run",
-    "calibration_fit": "fitting", "fit_temperature": "fitting",
+    "calibration_fit": "calibration_fitting", "fit_temperature": "calibration_fitting",
     "load_dataset": "datasets", "load_preset": "..presets", "answer_preset": "..presets",
     "main_eval": "cli", "main_calibrate": "cli", "main_presets": "..presets.cli",
 }
@@ -47,7 +48,7 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # pragma: no cover
     from .cli import main_calibrate, main_eval
     from .datasets import load_dataset
-    from .fitting import calibration_fit, fit_temperature
+    from .calibration_fitting import calibration_fit, fit_temperature
     from ..presets import answer_preset, load_preset
     from ..presets.cli import main_presets
     from .run import collect_probabilities, content_free_probabilities, evaluate, plot_reliability

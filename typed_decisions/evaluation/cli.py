@@ -1,7 +1,7 @@
 """The evaluation commands: ``typed-decisions eval`` and ``calibrate``.
 
-Argument parsing and printing only; the work is in ``run.py`` (asking and scoring), ``fitting.py``
-(calibration fitting) and ``datasets.py``. Each ``main_*`` takes the arguments after its
+Argument parsing and printing only; the work is in ``run.py`` (asking and scoring), ``calibration_fitting.py``
+(calibration fitting), ``sources.py`` (the rows the arguments name) and ``datasets.py``. Each ``main_*`` takes the arguments after its
 subcommand and returns the exit status (``typed_decisions.cli`` dispatches to them). The
 ``presets`` command is the presets' own (``typed_decisions/presets/cli.py``); ``calibrate
 --to-preset`` writes a preset through ``typed_decisions.presets``.
@@ -23,70 +23,14 @@ from ..compiler import LABEL_MODES, resolve_label_mode
 from ..debias import DEBIAS_MODES
 from ..wording import WORDINGS
 from ..errors import InvalidRequestError, TypedDecisionsError
-from .datasets import get_spec, load_dataset, rows_for
-from .fitting import calibration_fit
+from .calibration_fitting import calibration_fit
 from ..presets import (DeciderSettings, Preset, PresetCalibration, PresetFit, examples_hash, load_preset, preset_file,
                       select_head, with_calibration)
+from .sources import read_jsonl, question_rows
 from .run import MATPLOTLIB_HINT, collect_probabilities, content_free_probabilities, evaluate, plot_reliability
 from ..spec import QuestionSpec, shot_rows
 
 __all__ = ["main_calibrate", "main_eval", "read_jsonl"]
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    rows = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError as e:
-                raise InvalidRequestError(f"{path} line {n} is not JSON: {e}") from None
-    return rows
-
-
-def _load_spec(path: str | Path) -> QuestionSpec:
-    try:
-        return QuestionSpec.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
-    except ValueError as e:
-        raise InvalidRequestError(f"question spec {path}: {e}") from None
-
-
-def _source(args: argparse.Namespace, split: str, limit: int | None
-            ) -> tuple[QuestionSpec, list[dict[str, Any]], dict[str, Any]]:
-    """(question spec, rows of the split, report metadata) from --dataset / --data + --spec / --preset."""
-    meta: dict[str, Any] = {"split": split, "limit": limit}
-    spec: QuestionSpec | None = None
-    dataset = args.dataset
-    if getattr(args, "preset", None):
-        preset = load_preset(args.preset)
-        spec = preset.question_spec()
-        meta["preset"] = {"name": preset.name, "version": preset.version}
-        if not dataset and not args.data:
-            dataset = preset.dataset  # the preset's own labelled data, if it names a dataset
-    if dataset:
-        ds = load_dataset(dataset, split, limit, progress=not args.quiet)  # type: ignore[arg-type]
-        meta["dataset"] = dataset
-        meta["source"] = get_spec(dataset).source
-        return spec or ds.question, ds.rows, meta
-    if not args.data:
-        raise InvalidRequestError("give --dataset NAME, or --data FILE.jsonl with --spec SPEC.json (or --preset NAME "
-                                  "of a preset that names its dataset)")
-    if spec is None:
-        if not args.spec:
-            raise InvalidRequestError("--data needs --spec SPEC.json (the question and the row fields) or --preset NAME")
-        spec = _load_spec(args.spec)
-    raw = read_jsonl(args.data)
-    # rows_for dedupes and splits on the "state" key: give each row one, salted by the file's stem.
-    keyed = [{**r, "state": spec.state(r, n), "gold": r.get(spec.gold_field)} for n, r in enumerate(raw)]
-    for n, r in enumerate(raw):  # a bad label is named by its row in the file, before the hash order shuffles them
-        spec.gold_index(r, n)
-    if spec.instructions_field is not None:  # a row is (question, passage): dedupe and split on both
-        keyed = [{**r, "question": spec.instructions_for(r, n)} for n, r in enumerate(keyed)]
-    rows = rows_for(Path(args.data).stem, keyed, split, limit)  # type: ignore[arg-type]
-    meta["data"] = str(args.data)
-    if spec.state_field != "state" or spec.gold_field != "gold":
-        spec = spec.model_copy(update={"state_field": "state", "gold_field": "gold"})
-    return spec, rows, meta
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -142,7 +86,7 @@ def main_eval(argv: list[str]) -> int:
             return 2
     from ..decider import Decider
 
-    spec, rows, meta = _source(args, args.split, args.limit)
+    spec, rows, meta = question_rows(args, args.split, args.limit)
     rows, examples = _examples(args, spec, rows, meta)
     cal = CalibrationFile.load(args.calibration) if args.calibration else None
     decider = Decider.from_dir(args.model, threads=args.threads, label_mode=args.labels, wording=args.wording)
@@ -174,7 +118,7 @@ def _examples(args: argparse.Namespace, spec: QuestionSpec, rows: list[dict[str,
     if args.shots < 0:
         raise InvalidRequestError(f"--shots must be >= 0, got {args.shots}")
     if args.shots:
-        _, pool, _ = _source(args, "calibration", None)
+        _, pool, _ = question_rows(args, "calibration", None)
         shots = shot_rows(spec, pool, args.shots)
         if len(shots) < args.shots:
             raise TypedDecisionsError(f"--shots {args.shots}: the calibration split has only {len(shots)} rows")
@@ -236,8 +180,8 @@ def main_calibrate(argv: list[str]) -> int:
         raise InvalidRequestError("--to-preset needs --preset NAME (or your preset's .json path)")
     if args.merge and args.out is None:
         raise InvalidRequestError("--merge needs --out (a preset holds one question: one type)")
-    spec, fit_rows, meta = _source(args, "calibration", args.limit)
-    _, test_rows, _ = _source(args, "test", args.test_limit)
+    spec, fit_rows, meta = question_rows(args, "calibration", args.limit)
+    _, test_rows, _ = question_rows(args, "test", args.test_limit)
     if not fit_rows or not test_rows:
         raise TypedDecisionsError(f"need rows in both splits, got {len(fit_rows)} calibration and {len(test_rows)} test")
     # A preset with few-shot examples answers after them: its calibration is fitted (and reported)

@@ -34,7 +34,7 @@ from ..calibration import CalibrationFile
 from ..compiler import resolve_label_mode
 from ..errors import TypedDecisionsError
 from ..fitted import FittedHead
-from .fitting import apply_calibration
+from .calibration_fitting import apply_calibration
 from .metrics import THRESHOLDS, coverage_accuracy, metrics
 from .permutation import permutation_report
 from ..spec import QuestionSpec
@@ -129,8 +129,8 @@ def evaluate(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, A
     ``examples``: wire few-shot examples shown before every row (the report counts them)."""
     if not rows:
         raise TypedDecisionsError("no rows to evaluate (empty dataset or split, or --limit 0)")
-    mode = label_mode or decider.label_mode
-    deb = debias or getattr(decider, "debias", "none")
+    reading = decider.settings(label_mode=label_mode, debias=debias)  # the rows' requests set no debias of their own
+    mode, deb = reading.label_mode, reading.debias
     t0 = time.perf_counter()
     probs, gold, masses = collect_readouts(decider, spec, rows, label_mode=mode, progress=progress,
                                            debias=deb, label_mass=label_mass, examples=examples, head=head)

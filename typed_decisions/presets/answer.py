@@ -10,7 +10,9 @@ chosen option's probability (not on a confidence formula). Thresholds apply to t
 probabilities.
 
 ``answer_preset`` asks a preset's question in process; the server's preset endpoint runs its two
-steps (``prepare_preset``, then ``PresetCall.result``) around the micro-batcher.
+steps (``prepare_preset``, then ``PresetCall.result``) around the micro-batcher. A preset's fitted
+head or calibration goes to the Decider with the request (``PresetCall.heads``): the Decider applies
+it before its one reduction to an answer (``answers.py``), and ``result`` only reads that answer.
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import reducers
+from ..calibration import FixedCalibration
 from ..compiler import LABEL_MODES, LabelMode, resolve_label_mode
 from ..debias import DEBIAS_MODES
 from ..errors import InvalidRequestError
+from ..explain import answer_probabilities
 from ..fitted import FittedHead
-from ..reducers import DEFAULT_CONFIDENCE, ConfidenceKind
 from ..schema import DecisionResponse
-from ..spec import QuestionSpec
 from .preset import Preset, PresetCalibration
 from .selection import DeciderSettings, select_calibration, select_head
 from .store import list_presets, load_preset
@@ -59,22 +60,12 @@ def decide_action(preset: Preset, probs: np.ndarray, threshold: float | None = N
     return {"auto": auto, "option": opt.name, "probability": p, "threshold": t, "reason": reason}
 
 
-def _reduce(spec: QuestionSpec, p: np.ndarray, confidence: ConfidenceKind, answer: Any) -> Any:
-    """The answer for option probabilities p, as ``Decider`` builds it from its calibrated p
-    (a score keeps ``answer``'s legend)."""
-    if spec.type == "noul":
-        return reducers.reduce_noul(p)
-    if spec.type == "choice":
-        return reducers.reduce_choice(p, spec.option_names, confidence)
-    return reducers.reduce_score(p, [answer.legend[str(i)] for i in range(p.size)], confidence)
-
-
 @dataclass(frozen=True)
 class PresetCall:
     """A preset question made ready for the decider: the wire request, its label mode, the
-    threshold override, and the preset calibration to apply to the answer (``prepare_preset``
-    builds it, ``result`` reads the answer). The server queues ``request`` like any
-    ``/v1/systemone`` request."""
+    threshold override, and the preset's fitted head or calibration that the Decider applies to
+    the answer (``prepare_preset`` builds it, ``heads`` hands them over, ``result`` reads the
+    answer). The server queues ``request`` like any ``/v1/systemone`` request."""
 
     preset: Preset
     request: dict[str, Any]
@@ -82,31 +73,28 @@ class PresetCall:
     threshold: float | None
     calibration: PresetCalibration | None = None
     calibration_note: str = "none"
-    confidence: ConfidenceKind = DEFAULT_CONFIDENCE
     head: FittedHead | None = None
 
     @property
-    def heads(self) -> dict[str, FittedHead] | None:
-        """The fitted heads to pass to ``Decider.run_many`` for this call (None: zero-shot)."""
-        return None if self.head is None else {self.preset.question.name: self.head}
+    def heads(self) -> dict[str, FittedHead | FixedCalibration] | None:
+        """What to pass to ``Decider.run_many(heads=[...])`` for this call: the preset's fitted head,
+        or its calibration fixed with the note the answer carries (None: the zero-shot readout and
+        the Decider's own file, if any)."""
+        name = self.preset.question.name
+        if self.head is not None:
+            return {name: self.head}
+        if self.calibration is not None:
+            return {name: self.calibration.fixed(self.calibration_note)}
+        return None
 
     def result(self, response: DecisionResponse) -> dict[str, Any]:
-        """{answers, act, preset, preset_version, model, calibration} from the decider's response."""
+        """{answers, act, preset, preset_version, model, calibration} from the decider's response
+        (its answer already calibrated or answered by the head: ``heads``)."""
         spec = self.preset.question_spec()
         ans = response.answers[spec.name]
-        if spec.type == "noul":
-            probs = np.array([ans.noul, 1.0 - ans.noul])  # type: ignore[union-attr]
-        elif spec.type == "choice":
-            probs = np.array([ans.probabilities[o] for o in spec.option_names])  # type: ignore[union-attr]
-        else:
-            probs = np.array([ans.probabilities[str(i)] for i in range(len(spec.options))])  # type: ignore[union-attr]
-        answers = dict(response.answers)
-        if self.calibration is not None:
-            probs = self.calibration.apply(probs)
-            new = _reduce(spec, probs, self.confidence, ans)
-            new.label_mass, new.calibration = ans.label_mass, self.calibration_note
-            answers[spec.name] = new
-        return {"answers": {k: a.model_dump(exclude_none=True) for k, a in answers.items()},
+        keys = spec.option_names if spec.type == "choice" else [str(i) for i in range(len(spec.options))]
+        probs = answer_probabilities(ans, keys)  # the policy reads the answer's p, in option order
+        return {"answers": {k: a.model_dump(exclude_none=True) for k, a in response.answers.items()},
                 "act": decide_action(self.preset, probs, self.threshold), "preset": self.preset.name,
                 "preset_version": self.preset.version, "model": response.model,
                 "calibration": self.calibration_note}
@@ -168,8 +156,7 @@ def prepare_preset(model: str, preset_name: str | Preset, state: Any,
         if head_note:
             note = f"{head_note}; calibration {note}"
     return PresetCall(preset=preset, request=request, label_mode=params.get("label_mode"),
-                      threshold=threshold, calibration=cal, calibration_note=note, confidence=settings.confidence,
-                      head=head)
+                      threshold=threshold, calibration=cal, calibration_note=note, head=head)
 
 
 def answer_preset(decider: Decider, preset_name: str | Preset, state: Any,

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..calibration import TypeCalibration, calibrate
+from ..calibration import FixedCalibration, TypeCalibration, calibrate
 from ..compiler import QuestionLabels
 from ..errors import TypedDecisionsError
 from ..fitted import FittedHead
@@ -99,6 +99,11 @@ class PresetCalibration(TypeCalibration):
     def apply(self, probs: Any) -> np.ndarray:
         """``calibration.calibrate``: p / p_cf (if contextual), then temperature."""
         return calibrate(probs, self.temperature, self.content_free if self.contextual else None)
+
+    def fixed(self, note: str) -> FixedCalibration:
+        """This calibration as the Decider applies it to one question's answer, saying ``note``."""
+        return FixedCalibration(self.temperature, tuple(self.content_free) if self.contextual and self.content_free
+                                else None, note)
 
     def describe(self) -> str:
         return f"T={self.temperature:g}" + (", contextual" if self.contextual else "")

@@ -4,6 +4,8 @@ typesafe-sdk (``TypeSafeClient(base_url="http://127.0.0.1:8000", api_key=...)``)
 unchanged. Routes::
 
     POST /v1/systemone       DecisionRequest → DecisionResponse (schema.py), micro-batched
+    POST /v1/decisions       OpenAI's Decisions API → Decision (decisions_api.py in, decisions_out.py out), the same path;
+                             its errors in OpenAI's shape, {"error": {message, type, param, code}}
     POST /v1/explain         DecisionRequest → Explanation (explain.py): answers + why, same queue
     GET  /v1/presets         the question presets: shipped (presets/) and the operator's (--preset FILE)
     GET  /v1/presets/{name}  one preset, and its question in wire form
@@ -57,6 +59,8 @@ from ..errors import (REFUSALS, AuthenticationError, InvalidRequestError, ModelN
 from ..presets import list_presets, load_preset
 from ..explain import Explanation
 from ..schema import DecisionRequest, DecisionResponse
+from . import decisions_out
+from .decisions_out import Decision
 from .service import Job, PresetRequest, Service
 from .settings import ANONYMOUS_WARNING, ServerSettings
 
@@ -218,12 +222,27 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _add_decision_routes(app: FastAPI, service: Service) -> None:
-    """``/v1/systemone`` and ``/v1/models``."""
+    """``/v1/systemone``, ``/v1/decisions`` (OpenAI's shape, ``decisions_api.py``), ``/v1/explain``
+    and ``/v1/models``."""
 
     @app.post("/v1/systemone", responses={200: {"model": DecisionResponse}, **ERRORS},
               summary="Answer typed questions (noul / choice / score) about a state")
     async def systemone(request: Request) -> JSONResponse:
         return await service.decide(request)
+
+    @app.post("/v1/decisions", responses={200: {"model": Decision}},
+              summary="OpenAI's Decisions API: predicate / choice / score questions about an input")
+    async def decisions(request: Request) -> JSONResponse:
+        # errors in OpenAI's shape on this door ({"error": {message, type, param, code}}), so the
+        # openai SDK raises its own classes; /v1/systemone keeps System One's
+        try:
+            return await service.decisions(request)
+        except TypedDecisionsError as e:
+            return decisions_out.error_response(e)
+        except Exception:  # noqa: BLE001 - never a stack trace to the client
+            log.exception("unhandled error in /v1/decisions")
+            return JSONResponse(decisions_out.error_body(INTERNAL["message"], "server_error", None,
+                                                         "internal_error"), status_code=500)
 
     @app.post("/v1/explain", responses={200: {"model": Explanation}, **ERRORS},
               summary="Answer a request and explain it: prompt, label tokens, logits, probabilities")

@@ -44,11 +44,14 @@ from ..errors import (AuthenticationError, InvalidRequestError, ModelNotFoundErr
                       TypedDecisionsError, UnavailableError, http_status)
 from ..presets import Preset, load_preset, prepare_preset
 from ..fitted import FittedHead
-from ..schema import DecisionRequest, DecisionResponse, json_sha256
+from ..models import CATALOGUE
+from ..schema import DecisionRequest, DecisionResponse, Usage, json_sha256
 from .batching import MicroBatcher, Unbatched
+from . import decisions_api, decisions_out
 from .body import decode_body, read_body
 from .inputs import check_json, check_questions, parse_json, shown
 from .keys import find_key
+from .set_aside import Answered, Prepared, prepare
 from .limits import KeyLimits, Limiter
 from .observability import AuditLog, Metrics
 from .settings import ANONYMOUS_WARNING, ENV_PREFIX, ServerSettings, is_loopback
@@ -70,6 +73,7 @@ class Job:
     label_mode: LabelMode | None = None
     explain: bool = False
     heads: Mapping[str, FittedHead] | None = None  # a preset's fitted head, by question name
+    set_aside: bool = False  # /v1/decisions: refuse unanswerable questions alone (set_aside.py)
 
 
 class ClientGone(Exception):
@@ -214,22 +218,34 @@ class Service:
             if job.explain:
                 kwargs = {} if job.label_mode is None else {"label_mode": job.label_mode}
                 out[i] = self.decider.explain(job.request, **kwargs)
+        # /v1/decisions jobs: questions the compiler refuses are set aside, and the prefix cache's
+        # share read, before the call (which restores every request before it stores any)
+        prepared = {i: prepare(self.decider, j.request, j.label_mode) for i, j in enumerate(jobs) if j.set_aside}
+        requests = [prepared[i].request if i in prepared else j.request for i, j in enumerate(jobs)]
         for mode in dict.fromkeys(j.label_mode for j in jobs if not j.explain):
-            idx = [i for i, j in enumerate(jobs) if j.label_mode == mode and not j.explain]
+            idx = [i for i, j in enumerate(jobs) if j.label_mode == mode and not j.explain
+                   and requests[i] is not None]
+            if not idx:
+                continue
             kwargs: dict[str, Any] = {} if mode is None else {"label_mode": mode}
             if any(jobs[i].heads for i in idx):
                 kwargs["heads"] = [jobs[i].heads for i in idx]
-            for i, response in zip(idx, self.decider.run_many([jobs[i].request for i in idx], **kwargs)):
+            for i, response in zip(idx, self.decider.run_many([requests[i] for i in idx], **kwargs)):
                 out[i] = response
+        for i, p in prepared.items():
+            out[i] = Answered(out[i], p)
         return out  # type: ignore[return-value]
 
     # -- checks before any work
 
     @property
     def names(self) -> list[str]:
+        """What a request's ``model`` may say: the served model's name, the operator's aliases,
+        then the catalogue's aliases of that model (``default``, ``tiny``), as the CLI accepts."""
         if self.decider is None:
             return list(self.settings.aliases)
-        return list(dict.fromkeys([self.decider.name, *self.settings.aliases]))
+        spec = CATALOGUE.get(self.decider.name)
+        return list(dict.fromkeys([self.decider.name, *self.settings.aliases, *(spec.aliases if spec else ())]))
 
     def _limits(self, record: Any = None) -> KeyLimits:
         s = self.settings
@@ -351,6 +367,37 @@ class Service:
                                          f"{', '.join(self.names)} (GET /v1/models)")
             handled.response = await self._submit(Job(parsed), request)
             return JSONResponse(handled.response.model_dump(mode="json"))
+
+        return await self._handle(request, work, timed=True)
+
+    async def decisions(self, request: Request) -> JSONResponse:
+        """``POST /v1/decisions``: OpenAI's Decisions API, translated once in and once out
+        (``decisions_api``); the same path as ``/v1/systemone`` between (limits, queue, audit),
+        with the questions the compiler refuses answered as refusals (``set_aside``)."""
+
+        async def work(handled: Handled) -> JSONResponse:
+            s = self.settings
+            translated = decisions_api.to_system_one(await self._read_json(request), max_questions=s.max_questions,
+                                                     max_options=s.max_options, max_name_chars=s.max_name_chars)
+            try:
+                handled.parsed = parsed = parse_request(translated.request)
+            except InvalidRequestError as e:
+                raise decisions_api.retarget(e, translated) from None
+            if parsed.model not in self.names:
+                raise ModelNotFoundError(f"model {parsed.model!r} is not served here; available: "
+                                         f"{', '.join(self.names)} (GET /v1/models)")
+            try:
+                result = await self._submit(Job(parsed, set_aside=True), request)
+            except InvalidRequestError as e:
+                raise decisions_api.retarget(e, translated) from None
+            if not isinstance(result, Answered):  # a dispatch (Ray Serve) answers without the set-aside
+                result = Answered(result, Prepared(parsed))
+            p = result.prepared
+            handled.response = result.response or DecisionResponse(model=parsed.model, answers={},
+                                                                   usage=Usage(input_tokens=0))
+            return JSONResponse(decisions_out.to_decision(
+                translated, handled.response.model, result.response, list(p.refused),
+                cached_tokens=p.cached_tokens, cache_write_tokens=p.cache_write_tokens))
 
         return await self._handle(request, work, timed=True)
 

@@ -7,6 +7,8 @@
   options go to a fallback; returns ``RoutedResult``.
 - ``choice_edge``: the same rule as a LangGraph conditional edge.
 - ``DecisionTool``: ``runnable.as_tool()`` for agents.
+- ``LocalDecisionModel`` / ``RemoteDecisionModel``: LangChain's standard ``BaseDecisionModel``
+  (``langchain_core.decisions``: ``ClassifierRequest`` → ``ClassifierResponse``), in-process or a server.
 - ``LocalBackend`` / ``RemoteBackend``: the engine in-process or a server over HTTP
   (``typed_decisions.client``, re-exported).
 """
@@ -15,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .backends import DecisionBackend, LocalBackend, RemoteBackend
 from .decision import DecisionRunnable
+from .decision_model import LocalDecisionModel, RemoteDecisionModel
 from .graph import ChoiceEdge, choice_edge
 from .questions import ChoiceRunnable, NoulRunnable, ScoreRunnable
 from .router import DecisionRouter, RoutedResult
@@ -33,8 +36,10 @@ __all__ = [
     "DecisionRunnable",
     "DecisionTool",
     "LocalBackend",
+    "LocalDecisionModel",
     "NoulRunnable",
     "RemoteBackend",
+    "RemoteDecisionModel",
     "RoutedResult",
     "ScoreRunnable",
     "__version__",

@@ -9,6 +9,8 @@ applies ``router.pick_route`` and returns a key of ``edge.path_map``: the option
 ``"fallback"``. Edges cannot write graph state, so the decision itself is visible in the trace
 (the classifier's run outputs the full ``ChoiceAnswer``); a graph that must keep the decision in
 its state asks in a node (``classifier.with_answer()``) and routes with ``route_from_answer``.
+A ``BaseDecisionModel`` (``LocalDecisionModel``, ``RemoteDecisionModel``, or another provider's)
+routes the same way: ``choice_edge(model, question=Choice(...), ...)``.
 This module needs no LangGraph import: LangGraph calls the edge like any function.
 """
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from langchain_core.decisions import BaseDecisionModel, Choice
+from langchain_core.decisions import ChoiceAnswer as LCChoiceAnswer
 from langchain_core.runnables import RunnableConfig
 from typed_decisions.schema import ChoiceAnswer
 
@@ -27,16 +31,27 @@ from .router import FALLBACK, check_routes, pick_route
 class ChoiceEdge:
     """A conditional-edge function: graph state → ``path_map`` key. Build with ``choice_edge``."""
 
-    def __init__(self, classifier: ChoiceRunnable, *, state_key: str | None = "messages",
+    def __init__(self, classifier: ChoiceRunnable | BaseDecisionModel, *, state_key: str | None = "messages",
                  state_from: Callable[[Any], Any] | None = None,
                  routes: Mapping[str, str] | None = None, fallback: str | None = None,
-                 threshold: float = 0.0, manual: Iterable[str] = ()):
-        options = classifier.options
+                 threshold: float = 0.0, manual: Iterable[str] = (), question: Choice | None = None):
+        if isinstance(classifier, BaseDecisionModel):  # a decision model asks ``question``
+            if not isinstance(question, Choice):
+                raise ValueError("choice_edge(model, question=Choice(...)): a decision model needs the choice "
+                                 "question (langchain_core.decisions.Choice) to route on")
+            options = list(question.criteria)
+            self._ask: Callable[[Any, RunnableConfig], Any] = lambda state, config: classifier.invoke(
+                {"state": state, "questions": {"route": question}}, config).choices["route"]
+        else:
+            if question is not None:
+                raise ValueError("question= is for a decision model; a ChoiceRunnable asks its own question")
+            options = classifier.options
+            self._ask = classifier.with_answer().invoke
         routes = dict(routes) if routes is not None else {o: o for o in options}
         self.manual = frozenset(manual)
         check_routes(options, routes, has_fallback=fallback is not None, threshold=threshold,
                      manual=self.manual)
-        self.classifier = classifier.with_answer()
+        self.classifier = classifier
         self.state_key, self.state_from = state_key, state_from
         self.threshold = threshold
         self.path_map: dict[str, str] = {o: node for o, node in routes.items()}
@@ -50,23 +65,25 @@ class ChoiceEdge:
             return graph_state[self.state_key]
         return getattr(graph_state, str(self.state_key))
 
-    def route_from_answer(self, answer: ChoiceAnswer) -> str:
+    def route_from_answer(self, answer: ChoiceAnswer | LCChoiceAnswer) -> str:
         """The ``path_map`` key for an answer (for graphs that asked in a node)."""
         picked = pick_route(answer, threshold=self.threshold, manual=self.manual)
         return picked if picked is not None and picked in self.path_map else FALLBACK
 
     def __call__(self, graph_state: Any, config: RunnableConfig) -> str:
-        return self.route_from_answer(self.classifier.invoke(self._state(graph_state), config))
+        return self.route_from_answer(self._ask(self._state(graph_state), config))
 
 
-def choice_edge(classifier: ChoiceRunnable, *, state_key: str | None = "messages",
+def choice_edge(classifier: ChoiceRunnable | BaseDecisionModel, *, state_key: str | None = "messages",
                 state_from: Callable[[Any], Any] | None = None,
                 routes: Mapping[str, str] | None = None, fallback: str | None = None,
-                threshold: float = 0.0, manual: Iterable[str] = ()) -> ChoiceEdge:
+                threshold: float = 0.0, manual: Iterable[str] = (), question: Choice | None = None) -> ChoiceEdge:
     """A conditional edge for ``add_conditional_edges(source, edge, edge.path_map)``.
 
     Args:
-        classifier: the choice question.
+        classifier: the choice question (a ``ChoiceRunnable``), or a decision model
+            (``LocalDecisionModel``, ``RemoteDecisionModel``, any ``BaseDecisionModel``) with ``question``.
+        question: with a decision model, the ``langchain_core.decisions.Choice`` to route on.
         state_key: graph-state key holding the decision state (messages are rendered
             ``role: text``); ignored when ``state_from`` is given.
         state_from: function graph state → decision state.
@@ -78,7 +95,7 @@ def choice_edge(classifier: ChoiceRunnable, *, state_key: str | None = "messages
         manual: options never followed automatically.
     """
     return ChoiceEdge(classifier, state_key=state_key, state_from=state_from, routes=routes,
-                      fallback=fallback, threshold=threshold, manual=manual)
+                      fallback=fallback, threshold=threshold, manual=manual, question=question)
 
 
 __all__ = ["ChoiceEdge", "choice_edge"]

@@ -8,7 +8,8 @@ import langchain_typed_decisions
 def test_all_is_pinned() -> None:
     assert sorted(langchain_typed_decisions.__all__) == [
         "ChoiceEdge", "ChoiceRunnable", "DecisionBackend", "DecisionRouter", "DecisionRunnable",
-        "DecisionTool", "LocalBackend", "NoulRunnable", "RemoteBackend", "RoutedResult",
+        "DecisionTool", "LocalBackend", "LocalDecisionModel", "NoulRunnable", "RemoteBackend",
+        "RemoteDecisionModel", "RoutedResult",
         "ScoreRunnable", "__version__", "choice_edge",
     ]
     for name in langchain_typed_decisions.__all__:

@@ -99,7 +99,7 @@ def test_typesafe_sdk_round_trip_equals_decider_run(apps, tiny_decider):
                 assert _probabilities(got)[name] == pytest.approx(probs, abs=1e-5), (compression, name)
             assert got["team"]["choice"] == want["team"]["choice"]
             assert got["severity"]["score"] == pytest.approx(want["severity"]["score"], abs=1e-5)
-            assert [m.name for m in client.models.list().models] == [tiny_decider.name, "jev-latest"]
+            assert [m.name for m in client.models.list().models] == [tiny_decider.name, "jev-latest", "tiny"]
             with pytest.raises(sdk.TypeSafeUnprocessableEntityError) as e:
                 client.system_one(state, {"bad": {"type": "score", "criteria": ["only one"]}})
             assert "questions.bad.criteria" in str(e.value)

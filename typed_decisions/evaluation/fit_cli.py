@@ -2,7 +2,7 @@
 
 The rows come as for ``eval`` (``--data rows.jsonl --spec spec.json``, ``--dataset NAME``, or
 ``--preset NAME|FILE``); each becomes ``{"state", "answer", "instructions"?}`` (``head_rows``) and
-``Decider.fit`` reads them once and fits the head (``typed_decisions/fit.py``). The output is a
+``Decider.fit`` reads them once and fits the head (``typed_decisions/head_regression.py``). The output is a
 preset (``presets.Preset``) whose ``fitted`` entry for this model holds the head: a new preset
 (version 1, named after the spec's question) or, with ``--preset``, that preset's copy with the head
 added (a shipped preset's version + 1, like ``calibrate --to-preset``). With ``--test-limit N`` the
@@ -29,6 +29,7 @@ from ..errors import InvalidRequestError
 from ..fitted import FittedHead
 from ..wording import WORDINGS
 from .metrics import metrics
+from .sources import question_rows
 from ..presets import load_preset, preset_file, with_head
 from ..spec import QuestionSpec
 
@@ -102,7 +103,6 @@ def _preset_data(args: argparse.Namespace, spec: QuestionSpec) -> tuple[dict[str
 def main_fit(argv: list[str]) -> int:
     """``typed-decisions fit``: see the module docstring and docs/evaluation.md."""
     from ..decider import Decider
-    from .cli import _source
 
     p = argparse.ArgumentParser(prog="typed-decisions fit",
                                 description="Fit a head on labelled rows and write it into a preset.")
@@ -131,7 +131,7 @@ def main_fit(argv: list[str]) -> int:
     p.add_argument("-q", "--quiet", action="store_true")
     args = p.parse_args(argv)
     split = args.split or ("all" if args.data else "calibration")
-    spec, rows, meta = _source(args, split, args.limit)
+    spec, rows, meta = question_rows(args, split, args.limit)
     if not rows:
         raise InvalidRequestError(f"no rows to fit on in split {split!r}")
     preset, bump = _preset_data(args, spec)
@@ -169,7 +169,7 @@ def main_fit(argv: list[str]) -> int:
                   "on rows it was not fitted on (--split calibration --test-limit N: the rest of the file; or "
                   "eval --preset) before serving it, or give more rows (docs/evaluation.md, 'When to fit')")
     if args.test_limit:
-        _, test_rows, _ = _source(args, "test", args.test_limit)
+        _, test_rows, _ = question_rows(args, "test", args.test_limit)
         rep = score_head(decider, head, spec, test_rows, examples=examples, n_bins=args.bins)
         for name in ("zero_shot", "fitted"):
             m = rep[name]
