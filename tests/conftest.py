@@ -169,13 +169,14 @@ def tiny_model_dir(tiny_gguf):
 @pytest.fixture(scope="session")
 def tiny_bare_dir(tiny_model_dir):
     """tiny_model_dir without its mid-layer outputs (hidden_state.*): the graph rewritten, the weights
-    hard-linked (benchmarks/studies/mid_layers_cost.py), what a traced or adopted export or
-    `--hidden-layers none` gives the runtime; cached beside it."""
+    copied (benchmarks/studies/mid_layers_cost.py; a hard link made onnx's checker refuse the tiny
+    export's data in test_export_int8), what a traced or adopted export or `--hidden-layers none`
+    gives the runtime; cached beside it."""
     from export_cache import cached_export
 
     from benchmarks.studies.mid_layers_cost import without_mid_layers
 
-    return cached_export("smollm2-135m-bare", lambda work: without_mid_layers(tiny_model_dir, work))
+    return cached_export("smollm2-135m-bare-copy", lambda work: without_mid_layers(tiny_model_dir, work, link=False))
 
 
 @pytest.fixture(scope="session")

@@ -30,12 +30,13 @@ from typed_decisions.engine.tree_block import chain
 from typed_decisions.exports import locate
 
 
-def without_mid_layers(export: Path, out: Path) -> Path:
+def without_mid_layers(export: Path, out: Path, *, link: bool = True) -> Path:
     """A twin of ``export`` in ``out`` whose graph has no ``hidden_state.*`` outputs: model.onnx
     rewritten, the other files hard-linked (copied across file systems: ONNX Runtime refuses
     external data behind a symlink that leaves the directory), the manifest's ``hidden_layers``
     emptied and its model.onnx hash updated. What a builder export made with ``--hidden-layers
-    none`` would be, without exporting again."""
+    none`` would be, without exporting again. ``link=False`` copies: onnx's checker refuses external
+    data with several hard links, so a twin that lives on beside the export must not share its files."""
     import onnx
 
     out.mkdir(parents=True, exist_ok=True)
@@ -53,6 +54,8 @@ def without_mid_layers(export: Path, out: Path) -> Path:
     for name in manifest["files"]:
         if name != onnx_file and not (out / name).exists():
             try:
+                if not link:
+                    raise OSError("copy asked for")
                 os.link(export / name, out / name)
             except OSError:
                 shutil.copyfile(export / name, out / name)
