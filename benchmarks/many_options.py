@@ -57,9 +57,9 @@ def answer_in_phases(d: Decider, body: dict[str, Any], mode: str) -> tuple[np.nd
     runs: list[dict[str, Any]] = []
     prompt_len = 0
 
-    def timed_run(blocks, past):  # type: ignore[no-untyped-def]
+    def timed_run(blocks, past, **kwargs):  # type: ignore[no-untyped-def]
         t, c = time.perf_counter(), time.process_time()
-        out = inner(blocks, past)
+        out = inner(blocks, past, **kwargs)  # layers_out, when the engine keeps mid-layer states
         wall, cpu = time.perf_counter() - t, time.process_time() - c
         labels = sum(int((past.next_pos[i] + depths(b.parent) >= prompt_len).sum()) for i, b in enumerate(blocks))
         runs.append({"past": past.length, "tokens": sum(len(b) for b in blocks), "label_tokens": labels,

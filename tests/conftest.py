@@ -96,7 +96,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # model tests say so with `pytestmark`; as a safety net, every test that requests one of these
 # fixtures (or lives under tests/export/, or is marked `pypi`) gets the mark here too, so
 # `pytest -m "not model"` (the fast tier) never builds a model.
-MODEL_FIXTURES = frozenset({"tiny_gguf", "tiny_model_dir", "tiny_decider", "tiny_server", "tiny_torch", "tiny_folders",
+MODEL_FIXTURES = frozenset({"tiny_gguf", "tiny_model_dir", "tiny_bare_dir", "tiny_decider", "tiny_server", "tiny_torch",
+                            "tiny_folders",
                             "tiny_exports", "smollm2_gguf", "smollm2_export"})
 EXPORT_TESTS = Path(__file__).parent / "export"
 
@@ -163,6 +164,19 @@ def tiny_model_dir(tiny_gguf):
         export_model(tiny_gguf, work, name="smollm2-135m", progress=False)
 
     return cached_export("smollm2-135m", build)
+
+
+@pytest.fixture(scope="session")
+def tiny_bare_dir(tiny_model_dir):
+    """tiny_model_dir without its mid-layer outputs (hidden_state.*): the graph rewritten, the weights
+    copied (benchmarks/studies/mid_layers_cost.py; a hard link made onnx's checker refuse the tiny
+    export's data in test_export_int8), what a traced or adopted export or `--hidden-layers none`
+    gives the runtime; cached beside it."""
+    from export_cache import cached_export
+
+    from benchmarks.studies.mid_layers_cost import without_mid_layers
+
+    return cached_export("smollm2-135m-bare-copy", lambda work: without_mid_layers(tiny_model_dir, work, link=False))
 
 
 @pytest.fixture(scope="session")

@@ -112,6 +112,17 @@ def test_a_head_of_another_export_is_refused(tiny_decider, head):
         tiny_decider.run_many([_request(tiny_decider)], heads=[{"team": other}])
 
 
+def test_a_head_fitted_before_a_re_export_is_refused_after_it(tiny_decider, tiny_bare_dir, head):
+    """The same weights re-exported with another graph (here without its mid-layer outputs, as the
+    export before them was): another export hash, so the head is refused and told to refit."""
+    from typed_decisions.decider import Decider
+
+    other = Decider.from_dir(tiny_bare_dir, threads=2)
+    assert other.model_key == tiny_decider.model_key and other.export_sha256 != tiny_decider.export_sha256
+    with pytest.raises(InvalidRequestError, match="another export.*refit on this export"):
+        other.run_many([_request(other)], heads=[{"team": head}])
+
+
 def _team_preset():
     return {"name": "team", "version": 1, "question": {
         "name": "team", "type": "choice", "instructions": TEAM["instructions"],

@@ -264,19 +264,22 @@ class Decider:
     # -- the engine call
 
     def read(self, compiled: Sequence[CompiledRequest], *, share_prefixes: bool = True,
-             use_cache: bool = True, label_mass: Sequence[bool] = (), hidden: Sequence[bool] = ()) -> list[list[Readout]]:
+             use_cache: bool = True, label_mass: Sequence[bool] = (), hidden: Sequence[bool] = (),
+             layers: bool = False) -> list[list[Readout]]:
         """One engine call for every prompt of ``compiled``; ``label_mass[i]``: read the label
         mass of request i's prompts (one full-vocabulary product each, at its trie root);
-        ``hidden[i]``: keep the hidden state at each of request i's trie roots (``Readout.hidden``)."""
+        ``hidden[i]``: keep the hidden state at each of request i's trie roots (``Readout.hidden``),
+        and with ``layers`` its mid-layer states there too (``Readout.layers``)."""
         wants = list(label_mass) or [False] * len(compiled)
         keep = list(hidden) or [False] * len(compiled)
         plan = plan_readout(compiled, read_roots=[w or k for w, k in zip(wants, keep)])
         points = [compiled[ri].checkpoints for ri, _, _ in plan.where]  # each context's request's checkpoints
         hiddens: list[np.ndarray] | None = [] if any(wants) or any(keep) else None
         owners = [ri for ri, _, _ in plan.where]  # a request's own nodes stay its own (one answer per request)
+        mids: list[np.ndarray] | None = [] if layers and any(keep) else None
         logits = self.engine.next_token_logits(plan.contexts, plan.allowed, cache_points=points,
                                                use_cache=use_cache, share_prefixes=share_prefixes,
-                                               owners=owners, hidden_out=hiddens)
+                                               owners=owners, hidden_out=hiddens, layers_out=mids)
         masses = None
         if hiddens is not None:
             masses = {}
@@ -287,7 +290,9 @@ class Decider:
         kept = None
         if hiddens is not None and any(keep):
             kept = {plan.where[i][:2]: hiddens[i] for i in plan.roots() if keep[plan.where[i][0]]}
-        return plan.readouts(logits, masses if any(wants) else None, kept)
+        kept_layers = None if mids is None else {plan.where[i][:2]: mids[i] for i in plan.roots()
+                                                 if keep[plan.where[i][0]]}
+        return plan.readouts(logits, masses if any(wants) else None, kept, kept_layers)
 
     def _probabilities(self, request: DecisionRequest, settings: Settings) -> dict[str, np.ndarray]:
         """Uncalibrated option probabilities of a request read under resolved settings (p_cf)."""

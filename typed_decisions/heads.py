@@ -133,11 +133,12 @@ def check_heads(decider: Decider, request: DecisionRequest | Mapping[str, Any],
 def features(decider: Decider, question: Question | Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *,
              rotations: int = 1, label_mode: LabelMode | None = None, debias: Debias | None = None,
              examples: Sequence[Example | Mapping[str, Any]] | None = None, batch: int = 16,
-             progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             progress: bool = False, layers: bool = False) -> tuple[np.ndarray, ...]:
     """What a head reads, per row and option order (row-major): the hidden state at the answer
     position (n·R, H), the zero-shot probabilities in the question's option order (n·R, C),
     and each line's row index (the CV groups). ``rotations`` R: the options listed from the
-    ``j·C/R``-th on (choice only)."""
+    ``j·C/R``-th on (choice only). ``layers=True`` adds a fourth array, the mid-layer states
+    there (n·R, L, H), L = ``engine.hidden_layers`` (an error for an export without them)."""
     from tqdm.auto import tqdm
 
     q = parse_question(question)
@@ -160,17 +161,22 @@ def features(decider: Decider, question: Question | Mapping[str, Any], rows: Seq
                 body["examples"] = _wire_examples(examples)
             bodies.append(body)
             groups.append(i)
-    hidden, probs = [], []
+    if layers:
+        decider.engine.require_layers()
+    hidden, probs, mids = [], [], []
     for at in tqdm(range(0, len(bodies), batch), desc="features", unit="batch", disable=not progress):
         parsed = [parse_request(b) for b in bodies[at : at + batch]]
         compiled = [decider.compiler.compile(r, settings=decider.settings(r, label_mode=label_mode, debias=debias))
                     for r in parsed]
-        for (r,) in decider.read(compiled, share_prefixes=True, use_cache=True, hidden=[True] * len(compiled)):
+        for (r,) in decider.read(compiled, share_prefixes=True, use_cache=True, hidden=[True] * len(compiled),
+                                 layers=layers):
             assert r.hidden is not None
             idx = [list(r.question.options).index(c) for c in classes]
             hidden.append(r.hidden.astype(np.float64))  # (H,)
             probs.append(r.probabilities()[idx])        # (C,) class order
-    return np.stack(hidden), np.stack(probs), np.asarray(groups)
+            mids.append(r.layers)                       # (L, H) with layers
+    out = (np.stack(hidden), np.stack(probs), np.asarray(groups))
+    return (*out, np.stack(mids).astype(np.float64)) if layers else out
 
 
 def fit(decider: Decider, question: Question | Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *,

@@ -5,6 +5,7 @@
                                          and where each readout belongs
     engine logits     ─ ReadoutPlan.readouts ─▶ Readout per question: node logits, rotations,
                                          label mass, the answer position's hidden state
+                                         (and its mid-layer states, when kept)
 
 ``Readout.probabilities`` is the zero-shot answer (the chain rule over the label trie, averaged over
 rotations with ``debias="rotate"``); ``fitted_probabilities`` is a fitted head's (``fitted.py``).
@@ -14,7 +15,7 @@ The Decider runs a plan on its engine; benchmarks run the same plan on other bac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,7 +35,8 @@ class Readout:
     of its own prompt); ``probabilities`` is then their average (``debias.average``).
     ``label_mass``: this prompt's share of the full softmax on the root's tokens, when asked for.
     ``hidden``: the hidden state (H,) at the answer position (the root's context), when asked for
-    (a fitted head reads it, ``fitted.py``).
+    (a fitted head reads it, ``fitted.py``). ``layers``: the residual stream there after each of
+    the export's ``Engine.hidden_layers`` (L, H), when asked for and the export outputs them.
     """
 
     question: CompiledQuestion
@@ -43,6 +45,7 @@ class Readout:
     rotations: tuple[Readout, ...] = ()
     label_mass: float | None = None
     hidden: np.ndarray | None = None
+    layers: np.ndarray | None = None
 
     def own_probabilities(self) -> np.ndarray:
         """This prompt's option probabilities (the order as listed when it is rotation 0)."""
@@ -77,10 +80,11 @@ class ReadoutPlan:
 
     def readouts(self, logits: Sequence[np.ndarray],
                  masses: Mapping[tuple[int, int], float] | None = None,
-                 hiddens: Mapping[tuple[int, int], np.ndarray] | None = None) -> list[list[Readout]]:
+                 hiddens: Mapping[tuple[int, int], np.ndarray] | None = None,
+                 layers: Mapping[tuple[int, int], np.ndarray] | None = None) -> list[list[Readout]]:
         """The readouts of every question of every request, given one logit vector per context
         (and, when label mass was read, the mass per (request, unit); when hidden states were
-        kept, the root's per (request, unit))."""
+        kept, the root's per (request, unit); when mid-layer states were, the root's (L, H))."""
         node_logits: list[list[dict[tuple[int, ...], np.ndarray]]] = [
             [{} for _ in comp.units()] for comp in self.compiled]
         for (ri, ui, u), z in zip(self.where, logits):
@@ -90,14 +94,14 @@ class ReadoutPlan:
             units = comp.units()
             reads = [Readout(q, self.tries[ri][ui], node_logits[ri][ui],
                              label_mass=None if masses is None else masses.get((ri, ui)),
-                             hidden=None if hiddens is None else hiddens.get((ri, ui)))
+                             hidden=None if hiddens is None else hiddens.get((ri, ui)),
+                             layers=None if layers is None else layers.get((ri, ui)))
                      for ui, (_, _, q) in enumerate(units)]
             rotated: list[list[Readout]] = [[] for _ in comp.questions]
             for (qi, rot, _), r in zip(units, reads):
                 if rot > 0:
                     rotated[qi].append(r)
-            out.append([Readout(r.question, r.trie, r.node_logits, tuple(rotated[qi]), r.label_mass, r.hidden)
-                        for qi, r in enumerate(reads[: len(comp.questions)])])
+            out.append([replace(r, rotations=tuple(rotated[qi])) for qi, r in enumerate(reads[: len(comp.questions)])])
         return out
 
     def roots(self) -> list[int]:

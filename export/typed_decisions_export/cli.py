@@ -1,5 +1,6 @@
 """Command line: `typed-decisions-export SOURCE --out DIR [--quantize int8 [--smooth ALPHA|off]
-[--keep-float N] [--weight-bits 7|8] [--down-levels 1|2]] [--builder auto|on|off] [--name NAME] [--force]`.
+[--keep-float N] [--weight-bits 7|8] [--down-levels 1|2]] [--builder auto|on|off]
+[--hidden-layers auto|none|K,K] [--name NAME] [--force]`.
 
 INT8 activations are always quantized per token: the per-tensor scheme is a documented negative
 control for the tests and studies (export/studies/int8_variants.py), not a user choice.
@@ -66,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
              "tensor, no torch model; an error when it cannot), 'auto' the builder where it can, else the traced "
              "export, 'off' the traced torch.onnx export (default: %(default)s)",
     )
+    parser.add_argument(
+        "--hidden-layers", default="auto", metavar="auto|none|K,K",
+        help="graph builder: also output the residual stream after K decoder layers (hidden_state.K, "
+             "transformers' hidden_states[K]) for each K; 'auto' is n//2 and 2n//3 of n layers, where mid-depth "
+             "states probe best; 'none' for none (default: %(default)s)",
+    )
     parser.add_argument("--name", default=None, help="model name recorded in the manifest")
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (>= 18)")
     parser.add_argument("--force", action="store_true", help="keep INT8 even when its drift exceeds the threshold")
@@ -102,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             force=args.force,
             int8=int8_options(args),
             builder=args.builder,
+            hidden_layers=args.hidden_layers,
         )
     except ExportError as e:
         print(f"typed-decisions-export: error: {e}", file=sys.stderr)
@@ -110,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "out": str(args.out),
         "name": manifest["name"],
         "onnx_file": manifest["onnx_file"],
+        "hidden_layers": manifest.get("hidden_layers", []),
         "self_check_passed": manifest["self_check"]["passed"],
         "quantization": manifest["quantization"] and manifest["quantization"]["drift"],
         "export": manifest["export"],

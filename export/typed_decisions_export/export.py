@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +62,16 @@ def export_model(
     force: bool = False,
     int8: Int8Options | None = None,
     builder: str = "auto",
+    hidden_layers: str | Sequence[int] = "auto",
 ) -> dict[str, Any]:
     """Export `source` (HF folder, .gguf file or catalogue name) to `out_dir`; returns the manifest.
 
     Raises SelfCheckError (no manifest written) when ONNX Runtime disagrees with PyTorch, and
     QuantizationError when `quantize="int8"` drifts beyond the threshold and `force` is False.
     `int8` (Int8Options, default: its defaults) is passed to quantize_export. `builder` ("off",
-    "on", "auto") chooses who writes the backbone graph (builder_choice.py).
+    "on", "auto") chooses who writes the backbone graph (builder_choice.py). `hidden_layers`: the
+    builder's mid-layer outputs `hidden_state.{k}` ("auto": n // 2 and 2n // 3; "none"; or ks such
+    as "15,20"; builder.decoder.hidden_layer_set); a traced export has none.
     """
     import json
 
@@ -84,6 +88,7 @@ def export_model(
 
     resolved = resolve_source(source)
     chosen = choose_builder(builder, resolved[0], resolved[1], log=log)
+    mids = _hidden_layers(chosen, hidden_layers, log=log)
     direct = None  # Int8Options when the builder writes INT8 straight from the source (int8/direct.py)
     if chosen is not None and quantize == "int8":
         from .int8.direct import direct_refusal
@@ -97,7 +102,7 @@ def export_model(
         steps = _traced_steps(source, resolved, out_dir, opset=opset, log=log, progress=progress)
     else:
         steps = _builder_steps(chosen, resolved, out_dir, opset=opset, log=log, progress=progress,
-                               int8=quantize == "int8", direct=direct)
+                               int8=quantize == "int8", direct=direct, hidden_layers=mids)
     geometry, arch, plan, refs, tokenizer_facts, lm_shape, source_info, default_name, written = steps
     onnx_file = ONNX_FILE if written is None else INT8_ONNX_FILE
     if chosen is None:
@@ -129,6 +134,7 @@ def export_model(
         "dtype": "float32",
         "opset": opset if written is None else BLOCKED_QUANTIZE_OPSET,
         "graph_rewrites": {"softmax_nan_guards_dropped": geometry["softmax_nan_guards_dropped"]},
+        "hidden_layers": geometry.get("hidden_layers", []),
         "quantization": quantization,
         "lm_head": {"file": LM_HEAD_FILE, "dtype": "float32", "shape": list(lm_shape)},
         "tokenizer": tokenizer_facts,
@@ -149,6 +155,24 @@ def export_model(
                               "graph": "traced" if chosen is None else "builder"}
         write_manifest(out_dir, manifest)
     return manifest
+
+
+def _hidden_layers(chosen, wanted: str | Sequence[int], *, log) -> list[int]:
+    """The mid-layer outputs the export writes: the builder's (checked against the model's depth
+    before anything is written), none for a traced graph (asking for some there is an error)."""
+    from .builder.decoder import hidden_layer_set
+
+    if chosen is None:
+        named = isinstance(wanted, str) and wanted.strip().lower() not in ("auto", "none", "off", "")
+        if named or (not isinstance(wanted, str) and len(wanted) > 0):
+            raise ExportError(f"hidden_layers={wanted!r}: mid-layer outputs are written by the graph builder only "
+                              f"(--builder on, or auto with a supported architecture); a traced graph has none")
+        log("traced export: no mid-layer outputs (hidden_state.*); heads read the last layer")
+        return []
+    try:
+        return hidden_layer_set(chosen[0].num_layers, wanted)
+    except ValueError as e:
+        raise ExportError(str(e)) from None
 
 
 def _traced_steps(source, resolved, out_dir: Path, *, opset: int, log, progress: bool) -> tuple:
@@ -179,7 +203,7 @@ def _traced_steps(source, resolved, out_dir: Path, *, opset: int, log, progress:
 
 
 def _builder_steps(chosen, resolved, out_dir: Path, *, opset: int, log, progress: bool, int8: bool = False,
-                   direct: Int8Options | None = None) -> tuple:
+                   direct: Int8Options | None = None, hidden_layers: Sequence[int] = ()) -> tuple:
     """Graph builder: tokenizer files, lm_head.npy and the backbone from the source's tensors (safetensors
     or GGUF, one at a time, no torch model); the self-check's references come later, from a prefix
     model (prefix_check.py), so no step holds the whole float model. The disk is checked first.
@@ -202,11 +226,13 @@ def _builder_steps(chosen, resolved, out_dir: Path, *, opset: int, log, progress
     written = None
     try:
         if direct is None:
-            geometry = build_backbone(source, out_dir / ONNX_FILE, spec=spec, opset=opset, log=log, progress=bar)
+            geometry = build_backbone(source, out_dir / ONNX_FILE, spec=spec, opset=opset, log=log, progress=bar,
+                                      hidden_layers=hidden_layers)
         else:
             from .int8.direct import write_int8_backbone
 
-            written = write_int8_backbone(spec, source, out_dir, direct, opset=opset, log=log, progress=bar)
+            written = write_int8_backbone(spec, source, out_dir, direct, opset=opset, log=log, progress=bar,
+                                          hidden_layers=hidden_layers)
             geometry = written.geometry
     finally:
         if progress:

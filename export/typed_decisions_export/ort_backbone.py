@@ -25,7 +25,9 @@ class OrtBackbone:
             opts.intra_op_num_threads = threads
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
+        # last_hidden_state and present.* in the graph's order; a builder graph's mid-layer outputs
+        # (hidden_state.{k}, docs/FORMAT.md) are not fetched here: the checks compare the format's core.
+        self.output_names = [o.name for o in self.session.get_outputs() if not o.name.startswith("hidden_state.")]
         past = [i for i in self.session.get_inputs() if i.name.startswith("past_key_values.")]
         self.num_layers = len(past) // 2
         self.num_kv_heads, self.head_dim = int(past[0].shape[1]), int(past[0].shape[3])
@@ -58,7 +60,7 @@ class OrtBackbone:
             "position_ids": position_ids.astype(np.int64),
         }
         feed.update(zip(self.input_names[3:], past))
-        hidden, *present = self.session.run(None, feed)
+        hidden, *present = self.session.run(self.output_names, feed)
         want = past[0].shape[2] + seq
         # The format promises one length for every present (no sliding-window truncation).
         if any(p.shape[2] != want for p in present):

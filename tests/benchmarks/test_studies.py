@@ -1,5 +1,6 @@
 """The kept studies still run (benchmarks/studies/): prefill_chunks' re-stacking baseline answers as
-the engine does (rows are independent: to 1e-5) on the tiny model; w5_invariance and dataset_stats
+the engine does (rows are independent: to 1e-5) on the tiny model; mid_layers_cost times the tiny
+export against its twin without mid-layer outputs; w5_invariance and dataset_stats
 write their schema-1 result files, on a fake Decider and fake datasets (no model, no download)."""
 
 from __future__ import annotations
@@ -31,6 +32,21 @@ def test_prefill_chunks_restacking_answers_as_the_engine(tmp_path, tiny_model_di
     assert problems(json.loads(out.read_text())) == []
     assert res["prompt_tokens"] > 3 * 256, res  # long enough to be chunked: the baseline really ran
     assert res["max_abs_dp"] <= 1e-5, res
+
+
+@pytest.mark.model
+def test_mid_layers_cost_times_the_export_against_its_twin_without_the_outputs(tmp_path, tiny_model_dir):
+    from benchmarks.studies import mid_layers_cost
+
+    out = tmp_path / "mid.json"
+    assert mid_layers_cost.main(["--model", str(tiny_model_dir), "--tokens", "32", "--rounds", "1",
+                                 "--out", str(out)]) == 0
+    res = read_results(out)
+    assert problems(json.loads(out.read_text())) == []
+    assert res["hidden_layers"] == [15, 20]
+    for shape, rows, seq in (("prefill", 1, 32), ("suffix_steps", 8, 24)):  # same numbers: checked inside
+        assert res[shape]["mid_layer_bytes"] == 2 * rows * seq * 576 * 4  # 2 layers × (B, S, H) float32
+        assert res[shape]["mid_layer_bytes"] < res[shape]["present_bytes"]
 
 
 class W5Decider:

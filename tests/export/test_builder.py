@@ -153,6 +153,34 @@ def test_decider_answers_equal(pairs, arch):
     assert np.abs(ref[:, :3] - 1 / 3).max() > 0.05  # not a vacuous match of flat answers
 
 
+@pytest.mark.parametrize("arch", ARCHES)
+def test_mid_layer_outputs_equal_transformers_hidden_states(pairs, spread_folders, arch):
+    """hidden_state.{k} (docs/FORMAT.md) is transformers' hidden_states[k] at every position: the
+    residual stream after k layers (Gemma's scaled embeddings and sandwich norms, Phi-3's fused
+    projections included); the traced graph has none."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from typed_decisions_export.builder.decoder import hidden_layer_set
+
+    (bdir, bman), (_, tman) = pairs[arch]["builder"], pairs[arch]["traced"]
+    n = bman["architecture"]["num_layers"]
+    assert bman["hidden_layers"] == hidden_layer_set(n) != [] and tman["hidden_layers"] == []
+    ort = OrtBackbone(bdir / "model.onnx")
+    names = [f"hidden_state.{k}" for k in bman["hidden_layers"]]
+    assert [o.name for o in ort.session.get_outputs()][-len(names):] == names
+    ids = list(range(10, 35))
+    feed = {"input_ids": np.array([ids]), "attention_mask": ort.mask_feed(np.ones((1, len(ids)), np.int64), len(ids)),
+            "position_ids": np.arange(len(ids))[None]}
+    feed.update(zip(ort.input_names[3:], ort.empty_past(1)))
+    got = ort.session.run(names, feed)
+    model = AutoModelForCausalLM.from_pretrained(spread_folders[arch], dtype=torch.float32).eval()
+    with torch.no_grad():
+        hs = model.model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+    for k, g in zip(bman["hidden_layers"], got):
+        assert _rel(g, hs[k].numpy()) <= TOL, k
+        assert _rel(g, hs[k + 1].numpy()) > 1e-3, k  # k layers done, not k + 1
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "phi3"])
 def test_int8_sees_the_same_down_proj(pairs, arch):
     """INT8 keeps each layer's down_proj float32, found by the module scope the dynamo exporter
@@ -205,6 +233,15 @@ def test_mutated_builder_graph_fails_the_comparison(pairs, spread_folders, tmp_p
     build_backbone(spread_folders[arch], tmp_path / "model.onnx", spec=spec, log=lambda m: None)
     errors = compare_graphs(tmp_path / "model.onnx", traced)
     assert max(errors.values()) > 100 * TOL, errors
+
+
+def test_mid_layers_are_checked_before_anything_is_written(spread_folders, tmp_path):
+    """Layers named for a traced graph, or beyond the model's depth, are refused before any file."""
+    with pytest.raises(ExportError, match="graph builder only"):
+        export_model(spread_folders["qwen2"], tmp_path / "traced", progress=False, builder="off", hidden_layers="1")
+    with pytest.raises(ExportError, match=r"hidden layers \[99\]: .* in \[0, \d+\)"):
+        export_model(spread_folders["qwen2"], tmp_path / "deep", progress=False, builder="on", hidden_layers="1,99")
+    assert not any((tmp_path / d / "model.onnx").exists() for d in ("traced", "deep"))
 
 
 def test_builder_self_check_catches_a_wrong_graph(spread_folders, tmp_path, monkeypatch):

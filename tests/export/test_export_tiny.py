@@ -18,13 +18,14 @@ from tiny_models import ARCHES, CHATML
 
 import typed_decisions_export
 from typed_decisions_export import ExportError, SelfCheckError, export_model
+from typed_decisions_export.builder.decoder import hidden_layer_set
 from typed_decisions_export.ort_backbone import OrtBackbone
 from typed_decisions_export.selfcheck import TOLERANCES
 
 CHECKS = ("prefill", "left_padded_batch", "cached_step_1", "cached_step_3", "right_padded_suffixes")
 MANIFEST_KEYS = {
     "format_version", "name", "architecture", "onnx_file", "attention_mask", "dtype", "opset", "graph_rewrites",
-    "quantization", "lm_head", "tokenizer", "source", "versions", "export", "self_check", "files",
+    "hidden_layers", "quantization", "lm_head", "tokenizer", "source", "versions", "export", "self_check", "files",
 }
 ARCH_KEYS = {
     "model_type", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "hidden_size",
@@ -76,8 +77,13 @@ def test_directory_matches_format(tiny_exports, tiny_folders, arch):
     # is none to drop, 4-D or 2-D; the traced graphs' guards: tests/export/test_builder.py.
     import onnx
 
-    ops = [n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node]
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    ops = [n.op_type for n in graph.node]
     assert manifest["export"]["graph"] == "builder"
+    # the builder's mid-layer outputs (--hidden-layers auto), after the format's core outputs
+    n = manifest["architecture"]["num_layers"]
+    assert manifest["hidden_layers"] == hidden_layer_set(n) != []
+    assert [o.name for o in graph.output][1 + 2 * n :] == [f"hidden_state.{k}" for k in manifest["hidden_layers"]]
     assert manifest["graph_rewrites"]["softmax_nan_guards_dropped"] == 0 and "IsNaN" not in ops
     assert manifest["onnx_file"] == "model.onnx" and manifest["dtype"] == "float32"
     assert manifest["quantization"] is None

@@ -16,6 +16,7 @@ from .kv import KVRows, empty_rows
 from .tree_block import Block, chain, depths, tree_mask
 
 _PAST_RE = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
+_MID_RE = re.compile(r"^hidden_state\.(\d+)$")  # the residual stream after k layers (docs/FORMAT.md)
 
 
 class Backbone:
@@ -45,7 +46,12 @@ class Backbone:
         self.kv_dtype = np.dtype(np.float16) if "float16" in kv_type else np.dtype(np.float32)
         arch = artifacts.architecture
         self.kv_heads, self.head_dim = arch.num_kv_heads, arch.head_dim
-        self.output_names = ["last_hidden_state"] + [n for pair in self.present_names for n in pair]
+        # Mid-layer outputs hidden_state.{k} (graph-builder exports since 2026-12-06); none in traced
+        # or adopted graphs. Read from the graph, as the KV names are: the manifest only records them.
+        self.hidden_layers = tuple(sorted(int(m.group(1)) for o in self.session.get_outputs()
+                                          if (m := _MID_RE.match(o.name))))
+        self.output_names = (["last_hidden_state"] + [n for pair in self.present_names for n in pair]
+                             + [f"hidden_state.{k}" for k in self.hidden_layers])
         self.pad_id = int(artifacts.tokenizer_info.get("pad_token_id") or 0)
         # Format version 2: attention_mask is (batch, 1, seq, past_seq + seq) bool (tree_block.py),
         # which lets one row hold a tree of nodes; version 1 and adopted graphs take (batch, total).
@@ -66,11 +72,13 @@ class Backbone:
         last = np.array([len(r) - 1 for r in runs])
         return hidden[np.arange(len(runs)), last], present                            # (B, H)
 
-    def run_blocks(self, blocks: Sequence[Block], past: KVRows) -> tuple[np.ndarray, KVRows]:
+    def run_blocks(self, blocks: Sequence[Block], past: KVRows, *,
+                   layers_out: list[np.ndarray] | None = None) -> tuple[np.ndarray, KVRows]:
         """Feed one block per row after ``past`` (right-padded); return (hidden (B, S, H), present).
 
         A chain (an ordinary run) goes to either graph; a tree block needs the 4-D mask
-        (``tree_mask``). ``present.next_pos`` is meaningful for chains only.
+        (``tree_mask``). ``present.next_pos`` is meaningful for chains only. ``layers_out``, when
+        given, receives the run's mid-layer states, one (B, S, H) per ``hidden_layers`` entry.
         """
         b = len(blocks)
         s = max(len(k) for k in blocks)
@@ -97,7 +105,10 @@ class Backbone:
             out = self.session.run(self.output_names, feed)
         except Exception as e:
             raise EngineError(f"ONNX Runtime failed on a batch of {b} rows × {s} tokens: {e}") from e
-        present = KVRows(list(out[1::2]), list(out[2::2]), mask,
+        n_kv = 2 * self.num_layers
+        if layers_out is not None:
+            layers_out.extend(out[1 + n_kv :])
+        present = KVRows(list(out[1 : 1 + n_kv : 2]), list(out[2 : 1 + n_kv : 2]), mask,
                          past.next_pos + np.array([len(k) for k in blocks], np.int64))
         return out[0], present                                                         # (B, S, H)
 

@@ -151,13 +151,29 @@ class Engine:
     def clear_cache(self) -> None:
         self.prefix_cache.clear()
 
+    @property
+    def hidden_layers(self) -> tuple[int, ...]:
+        """The mid-layer states this export outputs (``hidden_state.{k}``: the residual stream after
+        k decoder layers, transformers' ``hidden_states[k]``); () for traced and adopted exports."""
+        return self.backbone.hidden_layers
+
+    def require_layers(self) -> None:
+        """Refuse (EngineError) when mid-layer states are asked of an export without them."""
+        if not self.hidden_layers:
+            raise EngineError(
+                f"this export ({self.artifacts.root}) outputs no mid-layer states (hidden_state.*): it was traced, "
+                f"adopted, or built before they existed or with --hidden-layers none. Heads over the last layer "
+                f"work as they are; for mid-layer states re-export it with the graph builder "
+                f"(typed-decisions export SOURCE --out DIR, --hidden-layers auto by default)")
+
     # -- the primitive
 
     def next_token_logits(self, contexts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int]],
                           *, cache_points: Sequence[int] | Sequence[Sequence[int]] = (),
                           use_cache: bool = True, share_prefixes: bool = True,
                           owners: Sequence[int] | None = None,
-                          hidden_out: list[np.ndarray] | None = None) -> list[np.ndarray]:
+                          hidden_out: list[np.ndarray] | None = None,
+                          layers_out: list[np.ndarray] | None = None) -> list[np.ndarray]:
         """Logits (float64) of ``allowed[i]`` as the next token after ``contexts[i]``.
 
         ``cache_points`` are prefix lengths worth keeping across calls (e.g. end of the system
@@ -169,7 +185,9 @@ class Engine:
         came alone, which INT8 needs for one answer per request (``schedule.pack``).
         ``share_prefixes=False`` runs every context separately from scratch (the reference the
         cache-transparency tests compare against). ``hidden_out``, when given, receives each
-        context's last hidden state (H,), in context order (``full_logsumexp`` reads it).
+        context's last hidden state (H,), in context order (``full_logsumexp`` reads it);
+        ``layers_out`` its mid-layer states at that position (L, H), rows in ``hidden_layers``
+        order (EngineError when the export has none: ``require_layers``).
         """
         if len(contexts) != len(allowed):
             raise ValueError("contexts and allowed must have the same length")
@@ -177,6 +195,8 @@ class Engine:
             return []
         if any(len(c) == 0 for c in contexts):
             raise ValueError("every context needs at least one token")
+        if layers_out is not None:
+            self.require_layers()
         with self._lock:  # counters are shared by every calling thread
             self.stats.calls += 1
             self.stats.tokens_logical += sum(len(c) for c in contexts)
@@ -188,6 +208,8 @@ class Engine:
                 out.append(self.logits(node.hidden, a))
                 if hidden_out is not None:
                     hidden_out.append(node.hidden)
+                if layers_out is not None:
+                    layers_out.append(node.layers)
             return out
 
         per_context = bool(cache_points) and not isinstance(cache_points[0], (int, np.integer))
@@ -215,9 +237,11 @@ class Engine:
             per_token = self.backbone.kv_bytes_per_token
             for node in todo:  # copy a prefix's segments into one row only when the cache can hold it
                 if node.checkpoint and (node.start + len(node.tokens)) * per_token <= self.cache_bytes:
-                    self.prefix_cache.put(node.prefix(), concat(node.path_kv(), self.backbone.kv_dtype), node.hidden)
+                    self.prefix_cache.put(node.prefix(), concat(node.path_kv(), self.backbone.kv_dtype), node.hidden,
+                                          node.layers)
         results: list[np.ndarray | None] = [None] * len(contexts)
         hiddens: list[np.ndarray | None] = [None] * len(contexts)
+        layers: list[np.ndarray | None] = [None] * len(contexts)
         stack = [root]
         while stack:
             node = stack.pop()
@@ -225,10 +249,13 @@ class Engine:
                 assert node.hidden is not None
                 results[q] = self.logits(node.hidden, allowed[q])
                 hiddens[q] = node.hidden
+                layers[q] = node.layers
             stack.extend(node.children.values())
         assert all(r is not None for r in results), "a context got no logits"
         if hidden_out is not None:
             hidden_out.extend(hiddens)  # type: ignore[arg-type]
+        if layers_out is not None:
+            layers_out.extend(layers)  # type: ignore[arg-type]
         return results  # type: ignore[return-value]
 
     # -- label mass (docs/METHOD.md §7): the one full-vocabulary product, per question on request
@@ -269,7 +296,7 @@ class Engine:
             if node.checkpoint:
                 entry = self.prefix_cache.get(node.prefix())
                 if entry is not None:
-                    node.kv, node.hidden = entry
+                    node.kv, node.hidden, node.layers = entry
                     node.kv_from_start = True
                     hit = node.start + len(node.tokens)
             children = list(node.children.values())
@@ -296,8 +323,8 @@ class Engine:
 
     def _run_group(self, group: list[list[Node]]) -> None:
         """Run each item (a node's edge, or a tree block) after its parent's prefix, as one batch;
-        keep each node's own KV segment (a compact copy of its columns of present) and its last
-        hidden state. A lone long edge runs in chunks."""
+        keep each node's own KV segment (a compact copy of its columns of present), its last
+        hidden state and its mid-layer states there (``at_position``). A lone long edge runs in chunks."""
         if len(group) == 1 and len(group[0]) == 1 and len(group[0][0].tokens) > self.prefill_chunk:
             node = group[0][0]
             segs = node.parent.path_kv() if node.parent is not None else []
@@ -307,30 +334,46 @@ class Engine:
                 run = node.tokens[at : at + self.prefill_chunk]
                 # present = past + this chunk, as the graph returns it: the next chunk's past as
                 # is (one row, no padding), so earlier chunks are never copied again.
-                hidden, past = self._run_blocks([chain(run)], past)                      # (1, S, H)
+                mids: list[np.ndarray] = []
+                hidden, past = self._run_blocks([chain(run)], past, layers_out=mids)     # (1, S, H)
             node.kv, node.hidden = past.slice(0, start, past.length), hidden[0, -1].copy()
+            node.layers = at_position(mids, 0, -1)
             return
         paths = [it[0].parent.path_kv() if it[0].parent is not None else [] for it in group]
         blocks = [schedule.block(it) for it in group]
         past = stack_paths(paths, self.backbone.kv_dtype) if any(paths) else self.backbone.empty(len(group))
-        hidden, present = self._run_blocks(blocks, past, packed_rows=sum(len(it) > 1 for it in group))
+        mids: list[np.ndarray] = []
+        hidden, present = self._run_blocks(blocks, past, packed_rows=sum(len(it) > 1 for it in group),
+                                           layers_out=mids)
         t = past.length
         for b, (it, block) in enumerate(zip(group, blocks)):
             for node, at in zip(it, block.offsets):
                 end = at + len(node.tokens)
                 node.hidden = hidden[b, end - 1].copy()
+                node.layers = at_position(mids, b, end - 1)
                 node.kv = present.slice(b, t + at, t + end)
 
-    def _run_blocks(self, blocks: list[Block], past: KVRows, *, packed_rows: int = 0
-                    ) -> tuple[np.ndarray, KVRows]:
+    def _run_blocks(self, blocks: list[Block], past: KVRows, *, packed_rows: int = 0,
+                    layers_out: list[np.ndarray] | None = None) -> tuple[np.ndarray, KVRows]:
         """One ONNX Runtime run (one at a time, see ``_run_lock``), counted in ``stats``."""
         with self._run_lock:
-            hidden, present = self.backbone.run_blocks(blocks, past)                  # (B, S, H)
+            hidden, present = self.backbone.run_blocks(blocks, past, layers_out=layers_out)  # (B, S, H)
         with self._lock:
             self.stats.runs += 1
             self.stats.tokens_computed += sum(len(k) for k in blocks)
             self.stats.packed_rows += packed_rows
         return hidden, present
+
+
+def at_position(layers: Sequence[np.ndarray], b: int, pos: int) -> np.ndarray | None:
+    """The mid-layer states of row b at one position, (L, H), a compact copy (the run's (B, S, H)
+    outputs are not kept alive); None when the graph has no mid-layer outputs.
+
+    >>> at_position([np.arange(12.).reshape(1, 3, 4), -np.arange(12.).reshape(1, 3, 4)], 0, 1)
+    array([[ 4.,  5.,  6.,  7.],
+           [-4., -5., -6., -7.]])
+    """
+    return np.stack([a[b, pos] for a in layers]) if layers else None                    # (L, H)
 
 
 def packing(artifacts: Artifacts, takes_tree_mask: bool, wanted: bool | None) -> tuple[bool, str]:
@@ -353,4 +396,4 @@ def packing(artifacts: Artifacts, takes_tree_mask: bool, wanted: bool | None) ->
     return True, "tree blocks: one row per ready node's pending subtree, one request's per row"
 
 
-__all__ = ["Engine", "EngineStats", "packing"]
+__all__ = ["Engine", "EngineStats", "at_position", "packing"]

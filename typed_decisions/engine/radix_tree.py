@@ -29,6 +29,7 @@ class Node:
     kv: KVRows | None = None                 # KV of this edge's tokens only (or, cached, from position 0)
     kv_from_start: bool = False              # kv covers the whole prefix (restored from the cache)
     hidden: np.ndarray | None = None         # last-position hidden state, once computed
+    layers: np.ndarray | None = None         # (L, H) mid-layer states at that position (Backbone.hidden_layers)
 
     @property
     def start(self) -> int:

@@ -22,7 +22,7 @@ layer and the whole graph), spec.py (what a family says), families/ (one file pe
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,16 +130,18 @@ def _lm_head_name(spec: DecoderSpec, source: Any) -> str:
 
 def build_backbone(folder: Path | Source, onnx_path: Path, *, spec: DecoderSpec | None = None, opset: int = 18,
                    log=print, progress: Callable[[str], None] | None = None,
-                   make_writer: Callable[..., Any] | None = None) -> dict[str, Any]:
+                   make_writer: Callable[..., Any] | None = None,
+                   hidden_layers: str | Sequence[int] = "auto") -> dict[str, Any]:
     """Write `onnx_path` (+ `.data`) for the model in `folder` (a Hugging Face folder or a Source);
     returns the geometry (onnx_export's keys). `make_writer`: decoder.write_backbone's (the INT8
-    writer of int8/direct_writer.py)."""
+    writer of int8/direct_writer.py); `hidden_layers`: the mid-layer outputs
+    (decoder.hidden_layer_set: "auto" is n // 2 and 2n // 3)."""
     from .decoder import write_backbone
     from .graph import GraphWriter
 
     spec = spec or (spec_of(folder.config) if isinstance(folder, Source) else plan(folder))
     return write_backbone(spec, _tensors(folder), onnx_path, opset=opset, log=log, progress=progress,
-                          make_writer=make_writer or GraphWriter)
+                          make_writer=make_writer or GraphWriter, hidden_layers=hidden_layers)
 
 
 def write_lm_head(folder: Path | Source, path: Path, *, spec: DecoderSpec | None = None) -> tuple[int, int]:

@@ -4,7 +4,10 @@ traced export writes (onnx_export.py), with the weights streamed from the source
 Inputs  input_ids (B, T) int64; attention_mask (B, 1, T, S) bool [spec.mask "4d", format version 2]
         or (B, S) int64 [spec.mask "2d", version 1]; position_ids (B, T) int64;
         past_key_values.{i}.key / .value (B, kv, P, D) float32.
-Outputs last_hidden_state (B, T, H); present.{i}.key / .value (B, kv, S, D) = Concat(past, new).
+Outputs last_hidden_state (B, T, H); present.{i}.key / .value (B, kv, S, D) = Concat(past, new);
+        hidden_state.{k} (B, T, H) for each k of `hidden_layers`: the residual stream after k decoder
+        layers (transformers' hidden_states[k]; 0 the embeddings), no norm. Every position, as
+        last_hidden_state: the runtime keeps the position it reads (docs/FORMAT.md has the cost).
 Every layer keeps its whole cache; a sliding-window layer masks, never truncates.
 
 A segment of the layers (the INT8 export's float reference, int8/float_reference.py) is the same
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -129,24 +132,56 @@ def _layer(g: GraphWriter, w: _Weights, spec: DecoderSpec, i: int, layer: Layer,
     return g.op("Add", [residual, y])
 
 
-def geometry(spec: DecoderSpec) -> dict[str, Any]:
+def hidden_layer_set(num_layers: int, wanted: str | Sequence[int] = "auto") -> list[int]:
+    """The mid-depth layers a graph outputs (`hidden_state.{k}`, k layers done): "auto" is n // 2 and
+    2n // 3, where intermediate layers decode task information best (Skean et al., ICML 2025);
+    "none" or () none; else the given ks, each in [0, n) (n is last_hidden_state, after the norm).
+
+    >>> hidden_layer_set(30), hidden_layer_set(2), hidden_layer_set(30, "5,20"), hidden_layer_set(4, "none")
+    ([15, 20], [1], [5, 20], [])
+    """
+    if isinstance(wanted, str):
+        text = wanted.strip().lower()
+        if text == "auto":
+            return sorted({k for k in (num_layers // 2, 2 * num_layers // 3) if 0 < k < num_layers})
+        if text in ("none", "off", ""):
+            return []
+        try:
+            wanted = [int(part) for part in text.split(",")]
+        except ValueError:
+            raise ValueError(f"hidden layers {wanted!r}: expected 'auto', 'none' or layer numbers "
+                             f"such as 15,20") from None
+    layers = sorted(set(int(k) for k in wanted))
+    bad = [k for k in layers if not 0 <= k < num_layers]
+    if bad:
+        raise ValueError(f"hidden layers {bad}: a mid-layer state is k in [0, {num_layers}) layers done "
+                         f"(0 the embeddings; {num_layers} is last_hidden_state, already an output)")
+    return layers
+
+
+def geometry(spec: DecoderSpec, hidden_layers: Sequence[int] = ()) -> dict[str, Any]:
     """What the manifest records of the graph write_backbone writes for `spec` (onnx_export's keys)."""
     return {"num_layers": spec.num_layers, "num_kv_heads": spec.num_kv_heads, "head_dim": spec.head_dim,
-            "attention_mask": spec.mask, "softmax_nan_guards_dropped": 0}
+            "attention_mask": spec.mask, "softmax_nan_guards_dropped": 0, "hidden_layers": list(hidden_layers)}
 
 
 def write_backbone(spec: DecoderSpec, source: SafetensorsSource, onnx_path: Path, *, opset: int = 18,
                    log=print, progress: Callable[[str], None] | None = None,
                    make_writer: Callable[[Any, str], GraphWriter] = GraphWriter,
-                   hidden_input: bool = False, final_norm: bool = True) -> dict[str, Any]:
+                   hidden_input: bool = False, final_norm: bool = True,
+                   hidden_layers: str | Sequence[int] = ()) -> dict[str, Any]:
     """Write `onnx_path` and `<name>.data` for `spec`; returns the geometry the manifest records.
 
     `make_writer(data_file, location)` makes the GraphWriter (int8/direct_writer.py's writes INT8);
-    `hidden_input` / `final_norm`: a segment of the layers (module docstring)."""
+    `hidden_input` / `final_norm`: a segment of the layers (module docstring); `hidden_layers`: the
+    mid-layer outputs (`hidden_layer_set`; none by default, export.py asks for "auto")."""
     t0 = time.perf_counter()
     onnx_path = Path(onnx_path)
     data_path = onnx_path.with_name(onnx_path.name + ".data")
     n, kv, d, hidden = spec.num_layers, spec.num_kv_heads, spec.head_dim, spec.hidden_size
+    mids = hidden_layer_set(n, hidden_layers)
+    if mids and hidden_input:
+        raise ValueError("hidden_layers: a segment of the layers (hidden_input) outputs no mid-layer states")
     mask_dims = [DIMS["batch"], 1, DIMS["seq"], DIMS["total"]] if spec.mask == "4d" else [DIMS["batch"], DIMS["total"]]
     inputs = [
         value_info("input_ids", TensorProto.INT64, [DIMS["batch"], DIMS["seq"]]),
@@ -161,9 +196,11 @@ def write_backbone(spec: DecoderSpec, source: SafetensorsSource, onnx_path: Path
         value_info("last_hidden_state", TensorProto.FLOAT, [DIMS["batch"], DIMS["seq"], hidden]),
         *(value_info(f"present.{i}.{t}", TensorProto.FLOAT, [DIMS["batch"], kv, DIMS["total"], d])
           for i in range(n) for t in ("key", "value")),
+        *(value_info(f"hidden_state.{k}", TensorProto.FLOAT, [DIMS["batch"], DIMS["seq"], hidden]) for k in mids),
     ]
     log(f"builder: writing a {spec.model_type} backbone, {n} layers, {spec.num_heads} heads / {kv} KV heads, "
-        f"head_dim {d}, {'4-D' if spec.mask == '4d' else '2-D'} attention_mask, opset {opset} ...")
+        f"head_dim {d}, {'4-D' if spec.mask == '4d' else '2-D'} attention_mask, opset {opset}"
+        f"{', mid-layer outputs ' + ','.join(map(str, mids)) if mids else ''} ...")
     with open(data_path, "wb") as f:
         g = make_writer(f, data_path.name)
         w = _Weights(g, source, spec, progress or (lambda name: None))
@@ -196,12 +233,16 @@ def write_backbone(spec: DecoderSpec, source: SafetensorsSource, onnx_path: Path
                 bias_cache[window] = ops.bias_from_bool(g, allowed)
             return bias_cache[window]
 
+        if 0 in mids:
+            g.op("Identity", [x], out="hidden_state.0")
         for i, layer in enumerate(spec.layers):
             x = _layer(g, w, spec, i, layer, x, tables, bias_for)
+            if i + 1 in mids:  # the residual stream after i + 1 layers, before the next layer's norm
+                g.op("Identity", [x], out=f"hidden_state.{i + 1}")
         if final_norm:
             x = ops.rms_norm(g, x, w.vector(spec.final_norm, hidden, offset=spec.norm_offset), spec.rms_norm_eps)
         g.op("Identity", [x], out="last_hidden_state")
     save_model(onnx_path, g, inputs, outputs, opset, doc=f"typed_decisions backbone ({spec.model_type}), graph builder")
     log(f"builder: wrote {onnx_path.name} + {data_path.name} ({g.bytes_written / 1e6:.1f} MB of weights) in "
         f"{time.perf_counter() - t0:.1f} s")
-    return geometry(spec)
+    return geometry(spec, mids)

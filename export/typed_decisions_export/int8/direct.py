@@ -53,7 +53,7 @@ class Int8Written:
 
 
 def write_int8_backbone(spec: Any, source: Any, out_dir: Path, options: Int8Options, *, opset: int = 18,
-                        log=print, progress=None) -> Int8Written:
+                        log=print, progress=None, hidden_layers: Any = "auto") -> Int8Written:
     """model.int8.onnx (+ .data) from the source, and its u8·u8 twin when the format needs one."""
     from ..builder import build_backbone
 
@@ -73,7 +73,7 @@ def write_int8_backbone(spec: Any, source: Any, out_dir: Path, options: Int8Opti
     log(f"builder: INT8 straight from the source: MatMul weights int8 per column as they are read, "
         f"{len(keep)} {SMOOTH_TARGET} MatMuls float32 ...")
     geometry = build_backbone(source, out_onnx, spec=spec, opset=opset, log=log, progress=progress,
-                              make_writer=make_writer)
+                              make_writer=make_writer, hidden_layers=hidden_layers)
     writer = writers[0]
     float_nodes, float_modules = excluded_nodes(out_onnx)
     if len(float_nodes) != len(writer.float_matmuls):  # the builder's scopes name each down_proj as the traced graph does
