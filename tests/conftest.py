@@ -97,8 +97,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # fixtures (or lives under tests/export/, or is marked `pypi`) gets the mark here too, so
 # `pytest -m "not model"` (the fast tier) never builds a model.
 MODEL_FIXTURES = frozenset({"tiny_gguf", "tiny_model_dir", "tiny_bare_dir", "tiny_decider", "tiny_server", "tiny_torch",
-                            "tiny_folders",
-                            "tiny_exports", "smollm2_gguf", "smollm2_export"})
+                            "tiny_folders", "tiny_exports", "smollm2_gguf", "smollm2_export"})
 EXPORT_TESTS = Path(__file__).parent / "export"
 
 
