@@ -9,6 +9,7 @@ STALE_AFTER_S: another checkout's test run may be reading one right now (each us
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -76,6 +77,19 @@ def cached_export(key: str, build, *, marker: str = "manifest.json", inputs: tup
         shutil.rmtree(final, ignore_errors=True)
         work.rename(final)
     return final
+
+
+def traced_and_built(key: str, source: Path, out: Path, *, builder: str = "on", inputs: tuple[Path, ...] = (),
+                     **export_args) -> dict[str, tuple[Path, dict]]:
+    """The same source exported twice, for the builder tests: the traced export (torch.onnx), their
+    oracle and most of their time, cached on disk (``cached_export(key, ..., inputs=inputs)``), and the
+    graph builder's made afresh in ``out``. {"traced" | "builder": (directory, manifest)}."""
+    from typed_decisions_export import export_model
+
+    traced = cached_export(key, lambda work: export_model(source, work, progress=False, builder="off", **export_args),
+                           inputs=inputs)
+    return {"traced": (traced, json.loads((traced / "manifest.json").read_text())),
+            "builder": (out, export_model(source, out, progress=False, builder=builder, **export_args))}
 
 
 STATES = [  # the support-ticket states the export comparisons ask (builder, adopted graphs)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from export_cache import STATES, Lazy, cached_export
+from export_cache import STATES, Lazy, traced_and_built
 from td_invariance import request, vector
 from tiny_models import ARCHES, save_tiny_model
 from typed_decisions_export import ExportError, export_model
@@ -48,12 +48,8 @@ def pairs(spread_folders, tmp_path_factory):
     root = tmp_path_factory.mktemp("builder_pairs")
 
     def make(arch):
-        traced = cached_export(f"builder-oracle-{arch}", lambda work: export_model(
-            spread_folders[arch], work, name=f"tiny-{arch}", progress=False, builder="off"), inputs=TINY_RECIPE)
-        built = root / arch / "builder"
-        return {"traced": (traced, json.loads((traced / "manifest.json").read_text())),
-                "builder": (built, export_model(spread_folders[arch], built, name=f"tiny-{arch}", progress=False,
-                                                builder="on"))}
+        return traced_and_built(f"builder-oracle-{arch}", spread_folders[arch], root / arch / "builder",
+                                name=f"tiny-{arch}", inputs=TINY_RECIPE)
 
     return Lazy(make)
 
@@ -463,9 +459,9 @@ def test_yarn_rope_graph_equals_traced_graph(tmp_path):
     the builder's graph against the traced one, and the builder export's own self-check."""
     yarn = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 64}
     folder = save_tiny_model("qwen2", tmp_path / "src", spread_vectors=True, config_overrides={"rope_parameters": yarn})
-    traced = cached_export("builder-oracle-qwen2-yarn", lambda work: export_model(  # the oracle, cached
-        folder, work, name="tiny-yarn", progress=False, builder="off"), inputs=(*TINY_RECIPE, Path(__file__)))  # `yarn` is here
-    built = export_model(folder, tmp_path / "builder", name="tiny-yarn", progress=False, builder="on")
+    pair = traced_and_built("builder-oracle-qwen2-yarn", folder, tmp_path / "builder", name="tiny-yarn",
+                            inputs=(*TINY_RECIPE, Path(__file__)))  # `yarn` is in this file
+    traced, built = pair["traced"][0], pair["builder"][1]
     assert built["self_check"]["passed"] and built["export"]["graph"] == "builder"
     errors = compare_graphs(tmp_path / "builder" / "model.onnx", traced / "model.onnx")
     assert max(errors.values()) <= TOL, errors

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typed_decisions_export.export as export_module
-from export_cache import STATES, Lazy, cached_export
+from export_cache import STATES, Lazy, cached_export, traced_and_built
 from td_invariance import request, vector
 from test_builder import (
     TOL,
@@ -81,11 +81,8 @@ def gguf_pairs(tiny_ggufs, tmp_path_factory):
     root = tmp_path_factory.mktemp("gguf_pairs")
 
     def make(arch):
-        traced = cached_export(f"gguf-oracle-{arch}", lambda work: export_model(
-            tiny_ggufs[arch], work, progress=False, builder="off"), inputs=TINY_RECIPE)
-        built = root / arch / "builder"
-        return {"traced": (traced, json.loads((traced / "manifest.json").read_text())),
-                "builder": (built, export_model(tiny_ggufs[arch], built, progress=False, builder="auto"))}
+        return traced_and_built(f"gguf-oracle-{arch}", tiny_ggufs[arch], root / arch / "builder", builder="auto",
+                                inputs=TINY_RECIPE)
 
     return Lazy(make)
 
@@ -93,11 +90,8 @@ def gguf_pairs(tiny_ggufs, tmp_path_factory):
 @pytest.fixture(scope="module")
 def smollm2_pair(smollm2_gguf, tmp_path_factory):
     """SmolLM2-135M GGUF: the traced export (cached on disk) and a builder export (this run)."""
-    traced = cached_export("smollm2-135m-traced", lambda work: export_model(
-        smollm2_gguf, work, name="smollm2-135m", progress=False, builder="off"))
-    built = tmp_path_factory.mktemp("smollm2_builder") / "out"
-    manifest = export_model(smollm2_gguf, built, name="smollm2-135m", progress=False, builder="auto")
-    return {"traced": (traced, json.loads((traced / "manifest.json").read_text())), "builder": (built, manifest)}
+    return traced_and_built("smollm2-135m-traced", smollm2_gguf, tmp_path_factory.mktemp("smollm2_builder") / "out",
+                            builder="auto", name="smollm2-135m")
 
 
 def _assert_same_export(pair):
