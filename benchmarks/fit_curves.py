@@ -104,7 +104,12 @@ class FeatureCache:
         self.data: dict[str, np.ndarray] = dict(np.load(path)) if path.exists() else {}
 
     def read(self, decider: Decider, key: str, question: Any, rows: list[dict[str, Any]], *,
-             examples: list[dict[str, Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+             examples: list[dict[str, Any]] | None = None, layers: bool = False) -> tuple[np.ndarray, ...]:
+        """(hidden (n, H), probs (n, C)) of ``rows``, and with ``layers`` their mid-layer states
+        (n, L, H) too (kept under ``<key>/m``; a key read without them is read again with them)."""
+        if layers and f"{key}/ids" in self.data and f"{key}/m" not in self.data:
+            for suffix in ("ids", "h", "p"):
+                self.data.pop(f"{key}/{suffix}")
         if examples:
             key += "/" + hashlib.sha256(json.dumps(examples, sort_keys=True).encode()).hexdigest()[:12]
         ids = [hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()[:16] for r in rows]
@@ -112,16 +117,21 @@ class FeatureCache:
         missing = [n for n, i in enumerate(ids) if i not in have]
         for start in range(0, len(missing), self.chunk):
             part = missing[start:start + self.chunk]
-            h, p, _ = decider.features(question, [rows[n] for n in part], examples=examples)
+            h, p, _, *m = decider.features(question, [rows[n] for n in part], examples=examples, layers=layers)
             old_ids = self.data.get(f"{key}/ids", np.array([], dtype=str))
             self.data[f"{key}/ids"] = np.concatenate([old_ids.astype(str), np.array([ids[n] for n in part])])
             self.data[f"{key}/h"] = np.concatenate([self.data[f"{key}/h"], h]) if f"{key}/h" in self.data else h
             self.data[f"{key}/p"] = np.concatenate([self.data[f"{key}/p"], p]) if f"{key}/p" in self.data else p
+            if layers:
+                m32 = m[0].astype(np.float32)  # (n, L, H): float32 halves the file; the engine's states are float32
+                self.data[f"{key}/m"] = np.concatenate([self.data[f"{key}/m"], m32]) if f"{key}/m" in self.data else m32
             self.path.parent.mkdir(parents=True, exist_ok=True)
             np.savez(self.path, **self.data)
             print(f"  {key}: read {start + len(part)}/{len(missing)} rows", flush=True)
         have = {i: n for n, i in enumerate(self.data[f"{key}/ids"].tolist())} if ids else {}
         at = np.array([have[i] for i in ids], dtype=np.int64)
+        if layers:
+            return self.data[f"{key}/h"][at], self.data[f"{key}/p"][at], self.data[f"{key}/m"][at].astype(np.float64)
         return self.data[f"{key}/h"][at], self.data[f"{key}/p"][at]
 
 
@@ -274,7 +284,7 @@ def main() -> int:
                     probs, extra = predict(h_te, p_te), {"l2": l2}
                 else:
                     if k not in fits:  # one regression, CV and temperature for the four readouts
-                        fits[k] = fit_head(h_tr[sub], p_tr[sub], y_tr[sub], components=args.components,
+                        fits[k] = fit_head(h_tr[sub], p_tr[sub], y_tr[sub], components=args.components, method="free",
                                            prior="rows", calibrate="temperature")
                     fit = fits[k]
                     weights, bias = prior_variants(fit, counts, split_prior)[readout]

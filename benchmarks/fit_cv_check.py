@@ -47,7 +47,7 @@ def main() -> int:
         y = np.array([spec.gold_index(r, n) for n, r in enumerate(train)])
         for k in ks:
             sub = np.array(first_per_class(list(y), k))
-            f = fit_head(h[sub], probs[sub], y[sub])
+            f = fit_head(h[sub], probs[sub], y[sub], method="free")
             test = entry["fitted"]["rows"][str(k)]["accuracy_minus_zero_shot"]
             gain, low, high = f.cv_gain  # type: ignore[misc]
             same_sign = np.sign(gain) == np.sign(test[0])

@@ -20,6 +20,11 @@ from typed_decisions.heads import row_answer
 sklearn = pytest.importorskip("sklearn", reason="the [fit] extra: pip install 'typed-decisions-runtime[fit]'")
 
 
+def free_head(*args, **kw):
+    """The free regression (L2 toward 0, balanced weights): what scikit-learn computes as the oracle."""
+    return fit_head(*args, method="free", **kw)
+
+
 def _head(c=3, h=5, seed=0, **kw):
     rng = np.random.default_rng(seed)
     fields = dict(question_type="choice", classes=[f"o{i}" for i in range(c)], model="m", export_sha256="e" * 64,
@@ -79,7 +84,7 @@ def test_fit_folds_the_projection_as_scikit_learn_s_pipeline_computes_it(c, comp
     from sklearn.preprocessing import StandardScaler
 
     hidden, probs, y = _data(c=c)
-    fit = fit_head(hidden, probs, y, components=components, prior="uniform", tol=1e-12, l2_grid=(0.3,))
+    fit = free_head(hidden, probs, y, components=components, prior="uniform", tol=1e-12, l2_grid=(0.3,))
     head = _head(c=c, h=hidden.shape[1], mean=fit.mean, scale=fit.scale, weights=fit.weights, bias=fit.bias)
     z = StandardScaler().fit_transform(hidden)
     pca = PCA(n_components=fit.components, svd_solver="full").fit(z)
@@ -96,8 +101,8 @@ def test_prior_rows_puts_the_rows_class_frequencies_back():
     hidden, probs, y = _data()
     keep = np.concatenate([np.flatnonzero(y == 0), np.flatnonzero(y == 1)[:4], np.flatnonzero(y == 2)[:4]])
     args = (hidden[keep], probs[keep], y[keep])
-    uniform = fit_head(*args, prior="uniform", l2_grid=(1.0,))
-    rows = fit_head(*args, prior="rows", l2_grid=(1.0,))
+    uniform = free_head(*args, prior="uniform", l2_grid=(1.0,))
+    rows = free_head(*args, prior="rows", l2_grid=(1.0,))
     counts = np.bincount(y[keep])
     shift = np.log(counts / counts.sum()) - np.log(1 / 3)
     assert np.allclose(rows.bias - uniform.bias, shift, atol=1e-12)
@@ -106,16 +111,16 @@ def test_prior_rows_puts_the_rows_class_frequencies_back():
 
 def test_a_given_prior_replaces_the_balanced_one():
     hidden, probs, y = _data()
-    uniform = fit_head(hidden, probs, y, prior="uniform", l2_grid=(1.0,))
-    given = fit_head(hidden, probs, y, prior=[6.0, 3.0, 1.0], l2_grid=(1.0,))
+    uniform = free_head(hidden, probs, y, prior="uniform", l2_grid=(1.0,))
+    given = free_head(hidden, probs, y, prior=[6.0, 3.0, 1.0], l2_grid=(1.0,))
     assert np.allclose(given.bias - uniform.bias, np.log([0.6, 0.3, 0.1]) - np.log(1 / 3), atol=1e-12)
     with pytest.raises(ValueError, match="3 class frequencies > 0"):
-        fit_head(hidden, probs, y, prior=[1.0, 0.0, 1.0], l2_grid=(1.0,))
+        free_head(hidden, probs, y, prior=[1.0, 0.0, 1.0], l2_grid=(1.0,))
 
 
 def test_cv_picks_the_regularisation_by_held_out_log_loss_and_reports_it():
     hidden, probs, y = _data(n_per_class=20)
-    fit = fit_head(hidden, probs, y)
+    fit = free_head(hidden, probs, y)
     assert fit.folds == 5 and fit.cv_nll is not None and 0 <= fit.cv_accuracy <= 1
     # separable clusters: the held-out accuracy beats the random zero-shot probabilities
     assert fit.cv_accuracy > fit.zero_shot_accuracy + 0.2
@@ -123,11 +128,11 @@ def test_cv_picks_the_regularisation_by_held_out_log_loss_and_reports_it():
 
 def test_the_cv_gain_is_the_held_out_minus_the_zero_shot_accuracy_with_a_paired_interval():
     hidden, probs, y = _data(n_per_class=20)
-    fit = fit_head(hidden, probs, y)
+    fit = free_head(hidden, probs, y)
     gain, low, high = fit.cv_gain
     assert gain == pytest.approx(fit.cv_accuracy - fit.zero_shot_accuracy, abs=1e-12)
     assert 0 < low <= gain <= high  # separable clusters against random probabilities: ahead beyond noise
-    assert fit_head(hidden, probs, y, l2_grid=(1.0,)).cv_gain is None  # no CV, nothing to report
+    assert free_head(hidden, probs, y, l2_grid=(1.0,)).cv_gain is None  # no CV, nothing to report
 
 
 def test_folds_count_a_row_read_under_several_orders_once():
@@ -136,11 +141,11 @@ def test_folds_count_a_row_read_under_several_orders_once():
     hidden, probs, y = _data(n_per_class=6)
     keep = np.concatenate([np.flatnonzero(y == 0)[:2], np.flatnonzero(y != 0)])
     hidden, probs, y = hidden[keep], probs[keep], y[keep]
-    reads = fit_head(np.repeat(hidden, 3, axis=0), np.repeat(probs, 3, axis=0), np.repeat(y, 3),
+    reads = free_head(np.repeat(hidden, 3, axis=0), np.repeat(probs, 3, axis=0), np.repeat(y, 3),
                      groups=np.repeat(np.arange(y.size), 3))
     assert reads.folds == 2
-    assert fit_head(hidden, probs, y).folds == 2
-    assert fit_head(np.repeat(hidden, 3, axis=0), np.repeat(probs, 3, axis=0), np.repeat(y, 3)).folds == 5
+    assert free_head(hidden, probs, y).folds == 2
+    assert free_head(np.repeat(hidden, 3, axis=0), np.repeat(probs, 3, axis=0), np.repeat(y, 3)).folds == 5
 
 
 def test_the_paired_interval_resamples_groups_whole():
@@ -172,8 +177,8 @@ def test_temperature_divides_the_logits_by_the_t_that_fits_the_held_out_predicti
     from typed_decisions.head_regression import design
 
     hidden, probs, y = _data(n_per_class=20, h=3, seed=3)  # overlapping classes: an interior T
-    plain = fit_head(hidden, probs, y, prior="uniform", l2_grid=(10.0,), folds=5, tol=1e-10)
-    cal = fit_head(hidden, probs, y, prior="uniform", l2_grid=(10.0,), folds=5, tol=1e-10, calibrate="temperature")
+    plain = free_head(hidden, probs, y, prior="uniform", l2_grid=(10.0,), folds=5, tol=1e-10)
+    cal = free_head(hidden, probs, y, prior="uniform", l2_grid=(10.0,), folds=5, tol=1e-10, calibrate="temperature")
     assert plain.temperature == 1.0 and cal.temperature != 1.0
     assert np.allclose(cal.weights, plain.weights / cal.temperature, atol=1e-12)
     assert np.allclose(cal.bias, plain.bias / cal.temperature, atol=1e-12)
@@ -245,3 +250,104 @@ def test_select_head_refuses_a_model_without_a_head_and_obeys_params():
     assert select_head(preset, DeciderSettings("other"), wanted=False)[0] is None
     plain = Preset.model_validate({"name": "p", "version": 1, "question": CHOICE})
     assert select_head(plain, DeciderSettings("m")) == (None, "")
+
+
+# -- the anchored head (head_regression._fit_anchored): from the zero-shot reading, L2 toward it
+
+
+def _skewed(seed=0, n=(14, 6, 4), h=12, signal=1.5):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(len(n)), n)
+    hidden = rng.normal(size=(y.size, h)) + np.eye(len(n), h)[y] * signal
+    probs = rng.dirichlet(np.ones(len(n)), size=y.size)
+    return hidden, probs, y
+
+
+@pytest.mark.parametrize("prior", ["rows", "uniform", [1.0, 2.0, 5.0]])
+def test_the_anchored_head_is_the_minimum_of_its_weighted_loss(prior):
+    """Oracle: the loss written again in torch (not the solver's own gradient): at the fitted
+    [D, A, b] its autograd gradient vanishes, so it is the unique minimum of the strictly convex
+    loss, weighted by π(y)/f(y) for the prior; and the folded head computes those logits."""
+    torch = pytest.importorskip("torch")
+    from typed_decisions.head_regression import design
+
+    hidden, probs, y = _skewed()
+    lam = 0.05
+    fit = fit_head(hidden, probs, y, components=6, prior=prior, folds=1, l2_grid=(lam,), tol=1e-10)
+    assert fit.method == "anchored" and fit.l2 == lam and fit.folds == 0
+    _, _, v, x = design(hidden, probs, 6)
+    c = 3
+    d = torch.tensor(fit.weights[:, :c] - np.eye(c), requires_grad=True)
+    a = torch.tensor(fit.weights[:, c:] @ v.T, requires_grad=True)   # A V Vᵀ = A: V has orthonormal rows
+    b = torch.tensor(fit.bias, requires_grad=True)
+    counts = np.bincount(y) / y.size
+    if isinstance(prior, str):
+        pi = counts if prior == "rows" else np.full(3, 1 / 3)
+    else:
+        pi = np.array(prior) / np.sum(prior)
+    w = torch.tensor(pi[y] / counts[y])
+    lp, xs = torch.tensor(x[:, :c]), torch.tensor(x[:, c:])
+    logits = lp + lp @ d.T + xs @ a.T + b
+    ce = torch.nn.functional.cross_entropy(logits, torch.tensor(y), reduction="none")
+    loss = (w * ce).sum() / w.sum() + lam / 2 * ((d ** 2).sum() + (a ** 2).sum() + (b ** 2).sum())
+    loss.backward()
+    grad = max(float(t.grad.abs().max()) for t in (d, a, b))
+    assert grad < 1e-6
+    head = _head(c=3, h=hidden.shape[1], mean=fit.mean, scale=fit.scale, weights=fit.weights, bias=fit.bias)
+    want = torch.softmax(logits, dim=1).detach().numpy()
+    assert np.max(np.abs(head.probabilities(hidden, probs) - want)) < 1e-9
+
+
+def test_with_no_strength_but_no_change_the_anchored_head_is_the_zero_shot_reading():
+    hidden, probs, y = _skewed()
+    fit = fit_head(hidden, probs, y, l2_grid=())
+    assert np.isinf(fit.l2) and fit.folds == 4  # the rarest class has 4 rows
+    assert np.array_equal(fit.weights[:, :3], np.eye(3)) and not fit.weights[:, 3:].any() and not fit.bias.any()
+    head = _head(c=3, h=hidden.shape[1], mean=fit.mean, scale=fit.scale, weights=fit.weights, bias=fit.bias)
+    assert np.max(np.abs(head.probabilities(hidden, probs) - probs)) < 1e-12
+    assert fit.cv_gain == (0.0, 0.0, 0.0) and fit.cv_nll == fit.zero_shot_cv_nll and not fit.worse_than_zero_shot
+
+
+def test_rows_that_carry_nothing_leave_the_anchored_head_near_the_zero_shot_reading():
+    """A calibrated zero-shot reading (each gold class drawn from its probabilities) and hidden
+    states of pure noise: the free head learns noise from scratch; the anchored one stays close."""
+    rng = np.random.default_rng(4)
+    probs = rng.dirichlet(np.ones(3) * 0.7, size=48)
+    y = np.array([rng.choice(3, p=p) for p in probs])
+    hidden = rng.normal(size=(48, 64))
+    anchored = fit_head(hidden, probs, y, components=16)
+    free = free_head(hidden, probs, y, components=16)
+    new_h, new_p = rng.normal(size=(200, 64)), rng.dirichlet(np.ones(3) * 0.7, size=200)
+    moved = {}
+    for name, fit in (("anchored", anchored), ("free", free)):
+        head = _head(c=3, h=64, mean=fit.mean, scale=fit.scale, weights=fit.weights, bias=fit.bias)
+        moved[name] = float(np.mean(np.abs(head.probabilities(new_h, new_p) - new_p)))
+    assert moved["anchored"] < 0.05 < moved["free"]
+
+
+def test_the_anchored_head_learns_what_the_zero_shot_reading_misses():
+    hidden, probs, y = _data(n_per_class=20)   # separable states, random zero-shot probabilities
+    fit = fit_head(hidden, probs, y)
+    gain, low, high = fit.cv_gain
+    assert np.isfinite(fit.l2) and 0 < low <= gain and not fit.worse_than_zero_shot
+
+
+def test_a_head_behind_the_zero_shot_reading_by_its_own_cv_is_flagged():
+    from typed_decisions.head_regression import HeadFit
+
+    base = dict(mean=np.zeros(1), scale=np.ones(1), weights=np.zeros((2, 3)), bias=np.zeros(2), components=1,
+                l2=1.0, folds=5, temperature=1.0, cv_accuracy=0.5, cv_nll=0.6, zero_shot_accuracy=0.6, seconds=0.0)
+    assert HeadFit(**base, cv_gain=(-0.1, -0.3, 0.1), zero_shot_cv_nll=0.7).worse_than_zero_shot
+    assert HeadFit(**base, cv_gain=(0.0, -0.1, 0.1), zero_shot_cv_nll=0.5).worse_than_zero_shot  # log-loss behind
+    assert not HeadFit(**base, cv_gain=(0.1, -0.1, 0.3), zero_shot_cv_nll=0.7).worse_than_zero_shot
+    assert not HeadFit(**base, cv_gain=None).worse_than_zero_shot
+
+
+def test_row_weights_refuse_a_bad_prior_by_name():
+    from typed_decisions.head_anchored import row_weights
+
+    y = np.array([0, 0, 1])
+    assert row_weights(y, 2, [1.0, 1.0]).tolist() == pytest.approx([0.75, 0.75, 1.5])
+    for bad in ([1.0, 0.0], [1.0], "often"):
+        with pytest.raises(ValueError, match="prior"):
+            row_weights(y, 2, bad)

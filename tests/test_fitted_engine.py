@@ -6,6 +6,7 @@ by name, and a fitted preset answers the same through Python, the HTTP endpoint 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -41,17 +42,26 @@ def _request(decider, state=STATE, question=TEAM):
 
 
 def test_the_head_reads_the_engine_s_hidden_state_at_the_answer_position(tiny_decider, head):
-    hidden, zero, groups = tiny_decider.features(TEAM, [{"state": STATE, "answer": "billing"}])
-    comp = tiny_decider.compiler.compile(parse_request(_request(tiny_decider)))
+    """By default the head reads the deepest mid layer the export outputs and the last hidden
+    state, at the answer position of the canonical reading: oracle, the engine on that context alone."""
+    from typed_decisions.heads import stack_states
+
+    layer_ids = tiny_decider.engine.hidden_layers
+    assert layer_ids and head.layers == [max(layer_ids), "last"]
+    hidden, zero, groups, mids = tiny_decider.features(TEAM, [{"state": STATE, "answer": "billing"}],
+                                                       debias="canonical", layers=True)
+    canonical = {**_request(tiny_decider), "debias": "canonical"}
+    comp = tiny_decider.compiler.compile(parse_request(canonical), settings=tiny_decider.settings(debias="canonical"))
     (q,) = comp.questions
     alone: list[np.ndarray] = []
+    alone_mid: list[np.ndarray] = []
     tiny_decider.engine.next_token_logits([comp.prefix_ids + q.suffix_ids], [[0]], share_prefixes=False,
-                                          hidden_out=alone)
-    assert np.max(np.abs(hidden[0] - alone[0])) < 1e-5
-    expected = tiny_decider.probabilities(_request(tiny_decider))["team"]
+                                          hidden_out=alone, layers_out=alone_mid)
+    assert np.max(np.abs(hidden[0] - alone[0])) < 1e-5 and np.max(np.abs(mids[0] - alone_mid[0])) < 1e-5
+    expected = tiny_decider.probabilities(canonical)["team"]
     assert np.max(np.abs(zero[0] - expected)) < 1e-9 and groups.tolist() == [0]
     answer = tiny_decider.run_many([_request(tiny_decider)], heads=[{"team": head}])[0].answers["team"]
-    fitted = head.probabilities(hidden[0], zero[0])
+    fitted = head.probabilities(stack_states(hidden, mids, layer_ids, head.layers)[0], zero[0])
     assert np.max(np.abs(np.array([answer.probabilities[c] for c in head.classes]) - fitted)) < 1e-6
     assert answer.calibration.startswith(f"fitted head {head.id}")
 
@@ -75,7 +85,7 @@ def test_explain_shows_the_zero_shot_answer_and_the_head_s_parts(tiny_decider, h
 
     e = tiny_decider.explain(_request(tiny_decider), heads={"team": head})
     f = e.questions["team"].fitted
-    zero = tiny_decider.probabilities(_request(tiny_decider))["team"]
+    zero = tiny_decider.probabilities({**_request(tiny_decider), "debias": "canonical"})["team"]
     assert f is not None and f.head == head.id
     assert max(abs(f.zero_shot[o] - z) for o, z in zip(TEAM["criteria"], zero)) < 1e-9
     assert f.probabilities == e.answers["team"].probabilities
@@ -95,7 +105,7 @@ def test_a_head_answers_the_options_by_name_in_any_order(tiny_decider, head):
 
 
 @pytest.mark.parametrize("change, why", [
-    ({"label_mode": "letters"}, "names/none/default; this call reads letters/none/default"),
+    ({"label_mode": "letters"}, "names/canonical/default; this call reads letters/canonical/default"),
     ({"question": {**TEAM, "instructions": "Who should answer?"}}, "another prompt"),
     ({"question": {**TEAM, "criteria": {**TEAM["criteria"], "legal": None}}}, "not the head's classes"),
 ])
@@ -242,14 +252,16 @@ def test_the_readmes_fit_and_serve_commands_run_as_written(tiny_model_dir, tiny_
         assert set(r.json()["answers"]["team"]["probabilities"]) == {"billing", "technical", "sales"}
 
 
-def test_a_choice_head_is_fitted_over_every_rotation_by_default(tiny_decider):
+def test_a_choice_head_reads_each_row_once_in_canonical_order_by_default(tiny_decider, head):
     """Read in the listed order only, a head learns the options' places too (the default model
-    flipped 42.5 % of binary answers when the options were swapped): by default every cyclic order
-    is read, and under debias='canonical' (one prompt for every listing) just the one."""
-    listed = tiny_decider.fit(TEAM, ROWS, rotations=1, components=16)
-    default = tiny_decider.fit(TEAM, ROWS, components=16)
-    assert (listed.fitted.rotations, default.fitted.rotations) == (1, len(TEAM["criteria"]))
-    assert tiny_decider.fit(TEAM, ROWS, debias="canonical", components=16).fitted.rotations == 1
+    flipped 42.5 % of binary answers when the options were swapped). By default a choice row is
+    read once under debias='canonical' (one prompt for every listing); under debias='none' every
+    cyclic order is read, unless rotations says otherwise."""
+    assert (head.debias, head.fitted.rotations) == ("canonical", 1)
+    listed = tiny_decider.fit(TEAM, ROWS, debias="none", rotations=1, components=16)
+    rotated = tiny_decider.fit(TEAM, ROWS, debias="none", components=16)
+    assert (listed.fitted.rotations, rotated.fitted.rotations) == (1, len(TEAM["criteria"]))
+    assert listed.debias == rotated.debias == "none"
     # the rotated reads are the listed rows' states under the other orders: the same hidden states
     # a request listing the options that way computes
     names = list(TEAM["criteria"])
@@ -267,18 +279,49 @@ def test_rotations_under_canonical_order_are_refused(tiny_decider):
         tiny_decider.fit(TEAM, ROWS, rotations=3, debias="canonical", components=16)
 
 
-def test_a_head_fitted_under_canonical_order_answers_every_listing_alike(tiny_decider):
+def test_a_head_fitted_under_canonical_order_answers_every_listing_alike(tiny_decider, head):
     """#31's option-order invariance for fitted choice questions, exactly: under debias='canonical'
     every listing of the options is one prompt, so one hidden state, so one fitted answer."""
-    head = tiny_decider.fit(TEAM, ROWS, debias="canonical", components=16)
     names = list(TEAM["criteria"])
     answers = []
     for order in ([0, 1, 2], [2, 0, 1], [1, 2, 0], [2, 1, 0]):
         listed = {**TEAM, "criteria": {names[j]: TEAM["criteria"][names[j]] for j in order}}
-        body = {**_request(tiny_decider, question=listed), "debias": "canonical"}
+        body = _request(tiny_decider, question=listed)  # no debias of its own: read as the head was fitted
         (r,) = tiny_decider.run_many([body], heads=[{"team": head}])
         a = r.answers["team"]
         assert a.calibration.startswith(f"fitted head {head.id}") and list(a.probabilities) == [names[j] for j in order]
         answers.append({n: a.probabilities[n] for n in names})
     for other in answers[1:]:
         assert max(abs(other[n] - answers[0][n]) for n in names) < 1e-9
+
+
+def test_fit_refuses_a_head_its_cv_finds_behind_zero_shot_unless_forced(tiny_model_dir, tmp_path, capsys,
+                                                                        monkeypatch):
+    """The fit is real; its report is then made to say what a losing fit says (held-out accuracy
+    below zero-shot), since rows that reliably make the anchored head lose do not exist: the CLI
+    writes nothing and says why, and with --force writes it and warns. Without -q it prints the
+    reads it expects and their time before reading."""
+    from typed_decisions.cli import main
+    from typed_decisions.evaluation import fit_cli
+
+    real = fit_cli.fit_spec
+
+    def losing(*args, **kwargs):
+        head = real(*args, **kwargs)
+        return head.model_copy(update={"fitted": head.fitted.model_copy(update={"cv_gain": [-0.2, -0.4, 0.0]})})
+
+    monkeypatch.setattr(fit_cli, "fit_spec", losing)
+    rows = tmp_path / "tickets.jsonl"
+    rows.write_text("".join(json.dumps({"text": r["state"], "team": r["answer"]}) + "\n" for r in ROWS))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**_team_preset()["question"], "state_field": "text", "gold_field": "team"}))
+    out = tmp_path / "team.json"
+    args = ["fit", "--model", str(tiny_model_dir), "--data", str(rows), "--spec", str(spec), "--out", str(out),
+            "--components", "16"]
+    assert main(args) == 1 and not out.exists()
+    captured = capsys.readouterr()
+    assert re.search(r"reading 15 rows: about \d+\.\d min \(\d+\.\d\d s for the first read\)", captured.out)
+    assert "behind the zero-shot reading on its own held-out rows (accuracy -0.200" in captured.err
+    assert "nothing written" in captured.err and "--force" in captured.err
+    assert main(args + ["--force", "-q"]) == 0 and out.exists()
+    assert "WARNING: written because of --force" in capsys.readouterr().err

@@ -157,18 +157,22 @@ class Decider:
         ``heads``: per request, by question name, what answers in place of the zero-shot readout
         and the Decider's file: a fitted head (``fitted.py``, ``fit``), read from the hidden state
         this call computes anyway, or a preset's fixed calibration (``calibration.FixedCalibration``);
-        a head fitted for another export, prompt or reading is refused (``check_heads``)."""
+        a head fitted for another export, prompt or reading is refused (``check_heads``). A request
+        with fitted heads and no debias of its own (nor ``debias=``) is read under the heads' debias
+        (``fit`` reads choice rows with ``canonical``)."""
         parsed = [parse_request(r) for r in requests]
         per_request = list(heads) if heads is not None else [None] * len(parsed)
         if len(per_request) != len(parsed):
             raise ValueError(f"heads: one entry per request ({len(parsed)}), got {len(per_request)}")
-        settings = [self.settings(r, label_mode=label_mode, debias=debias) for r in parsed]
+        settings = [self.settings(r, label_mode=label_mode, debias=debias or _heads_debias(hs))
+                    for r, hs in zip(parsed, per_request)]
         for req, hs, s in zip(parsed, per_request, settings):
             self.check_heads(req, hs or {}, settings=s)
         compiled = [self.compiler.compile(r, settings=s) for r, s in zip(parsed, settings)]
         wants = [bool(r.include and "label_mass" in r.include) for r in parsed]
         readouts = self.read(compiled, share_prefixes=share_prefixes, use_cache=use_cache, label_mass=wants,
-                             hidden=[any(isinstance(h, FittedHead) for h in (hs or {}).values()) for hs in per_request])
+                             hidden=[any(isinstance(h, FittedHead) for h in (hs or {}).values()) for hs in per_request],
+                             layers=any(_reads_mid_layers(hs) for hs in per_request))
         out = []
         for req, s, comp, reads, hs in zip(parsed, settings, compiled, readouts, per_request):
             cf = content_free_probabilities(req, s, self.content_free, self._probabilities) or {}
@@ -209,13 +213,14 @@ class Decider:
         probabilities, the trie nodes, the answers (exactly ``run``'s) and what was computed."""
         t0 = time.perf_counter()
         req = parse_request(request)
-        s = self.settings(req, label_mode=label_mode, debias=debias)
         heads = heads or {}
+        s = self.settings(req, label_mode=label_mode, debias=debias or _heads_debias(heads))
         self.check_heads(req, heads, settings=s)
         comp = self.compiler.compile(req, settings=s)
         before = self.engine.stats.tokens_computed
         (reads,) = self.read([comp], share_prefixes=True, use_cache=True, label_mass=[True],
-                             hidden=[any(isinstance(h, FittedHead) for h in heads.values())])
+                             hidden=[any(isinstance(h, FittedHead) for h in heads.values())],
+                             layers=_reads_mid_layers(heads))
         computed = self.engine.stats.tokens_computed - before  # this call's (other threads may add)
         cf = content_free_probabilities(req, s, self.content_free, self._probabilities) or {}
         questions: dict[str, QuestionExplanation] = {}
@@ -292,7 +297,8 @@ class Decider:
             kept = {plan.where[i][:2]: hiddens[i] for i in plan.roots() if keep[plan.where[i][0]]}
         kept_layers = None if mids is None else {plan.where[i][:2]: mids[i] for i in plan.roots()
                                                  if keep[plan.where[i][0]]}
-        return plan.readouts(logits, masses if any(wants) else None, kept, kept_layers)
+        return plan.readouts(logits, masses if any(wants) else None, kept, kept_layers,
+                             layer_ids=self.engine.hidden_layers if mids is not None else ())
 
     def _probabilities(self, request: DecisionRequest, settings: Settings) -> dict[str, np.ndarray]:
         """Uncalibrated option probabilities of a request read under resolved settings (p_cf)."""
@@ -301,3 +307,17 @@ class Decider:
 
 
 __all__ = ["Decider", "Readout", "ReadoutPlan", "fitted_probabilities", "parse_request", "plan_readout"]  # planning: readout_plan.py
+
+
+def _reads_mid_layers(heads: Mapping[str, QuestionHead] | None) -> bool:
+    """Whether a fitted head among ``heads`` reads a mid-layer state (the engine keeps them then)."""
+    return any(isinstance(h, FittedHead) and h.mid_layers for h in (heads or {}).values())
+
+
+def _heads_debias(heads: Mapping[str, QuestionHead] | None) -> Debias | None:
+    """The debias the fitted heads among ``heads`` were fitted under, when they agree: a request
+    that sets none of its own is read that way (``fit`` reads choice rows canonically), so the
+    head answers the question as it learned it. None: no fitted head, or heads that disagree
+    (``check_heads`` then names the one that cannot answer)."""
+    modes = {h.debias for h in (heads or {}).values() if isinstance(h, FittedHead)}
+    return modes.pop() if len(modes) == 1 else None

@@ -302,11 +302,10 @@ def explain_question(r: Readout, answer: Answer, question: Question, token: Call
 
 def explain_head(head: FittedHead, r: Readout) -> FittedExplanation:
     """A head's contribution to one answer: its logit split into the zero-shot and hidden parts."""
-    assert r.hidden is not None
     names = list(r.question.options)
     idx = head.order(names)
     zero = r.probabilities()
-    x = head_features(r.hidden, np.log(np.maximum(zero[idx], 1e-300)), head.mean, head.scale)
+    x = head_features(r.state(head.layers), np.log(np.maximum(zero[idx], 1e-300)), head.mean, head.scale)
     k = len(head.classes)
     from_zero = head.weights[:, :k] @ x[:k]
     from_hidden = head.weights[:, k:] @ x[k:] + head.bias

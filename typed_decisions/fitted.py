@@ -37,8 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidat
 from .readout import restricted_softmax
 from .schema import Debias
 
-__all__ = ["FittedHead", "FitReport", "HEAD_FORMAT", "LOG_FLOOR", "encode_array", "decode_array",
-           "head_features"]
+__all__ = ["FittedHead", "FitReport", "HEAD_FORMAT", "LOG_FLOOR", "behind_zero_shot", "encode_array",
+           "decode_array", "head_features"]
 
 HEAD_FORMAT = "typed-decisions/fitted-head"
 LOG_FLOOR = float(np.log(1e-12))  # log p below this is clipped: a zero-shot 0 must not be -inf
@@ -76,6 +76,19 @@ def decode_array(value: Any) -> np.ndarray:
 Array = Annotated[np.ndarray, PlainValidator(decode_array), PlainSerializer(encode_array, return_type=dict)]
 
 
+def behind_zero_shot(cv_gain: Sequence[float] | None, cv_nll: float | None, zero_shot_cv_nll: float | None) -> bool:
+    """Whether a head's own cross-validation finds it behind the zero-shot reading on the rows'
+    held-out answers: lower accuracy (the paired gain's mean below 0) or higher log-loss. False
+    without CV (nothing measured).
+
+    >>> behind_zero_shot([-0.02, -0.1, 0.05], 0.5, 0.6), behind_zero_shot([0.0, -0.1, 0.1], 0.7, 0.6)
+    (True, True)
+    """
+    if cv_gain is None:
+        return False
+    return cv_gain[0] < 0 or (cv_nll is not None and zero_shot_cv_nll is not None and cv_nll > zero_shot_cv_nll + 1e-12)
+
+
 def head_features(hidden: np.ndarray, log_probs: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """x = [clip(log p), (h − μ) / σ] for one row (1-D) or many (2-D, one row per line)."""
     lp = np.maximum(np.asarray(log_probs, dtype=np.float64), LOG_FLOOR)
@@ -90,7 +103,14 @@ class FitReport(BaseModel):
     rows: int = Field(ge=1)
     rows_per_class: dict[str, int]
     components: int = Field(ge=1, description="PCA dimensions of the standardized hidden state fitted on")
-    l2: float = Field(gt=0, description="the chosen inverse regularisation C of the logistic regression")
+    method: Literal["anchored", "free"] = Field(
+        "free", description="anchored: fitted from the zero-shot reading, L2 toward it; free: L2 toward 0 "
+                            "(head_regression.py)")
+    l2: float | None = Field(gt=0, description="the chosen regularisation: anchored, its strength λ (None: "
+                                               "infinite, the rows moved nothing and the head is the zero-shot "
+                                               "reading); free, the inverse strength C")
+    zero_shot_cv_nll: float | None = Field(None, description="the zero-shot reading's log-loss on the same "
+                                                             "held-out rows (anchored)")
     folds: int = Field(ge=0, description="cross-validation folds the regularisation was chosen with")
     cv_accuracy: float | None = None
     cv_nll: float | None = None
@@ -107,6 +127,11 @@ class FitReport(BaseModel):
     seconds: float | None = None
     date: str = ""
     command: str = ""
+
+    @property
+    def behind_zero_shot(self) -> bool:
+        """Its cross-validation found it behind the zero-shot reading (``behind_zero_shot``)."""
+        return behind_zero_shot(self.cv_gain, self.cv_nll, self.zero_shot_cv_nll)
 
 
 class FittedHead(BaseModel):
@@ -127,6 +152,10 @@ class FittedHead(BaseModel):
     wording: str = "default"
     own_instructions: bool = Field(False, description="fitted on rows with their own question text: the prompt "
                                                       "identity holds a placeholder for the instructions")
+    layers: list[int | Literal["last"]] = Field(
+        default_factory=lambda: ["last"], min_length=1,
+        description="the states it reads at the answer position, concatenated in this order: 'last' (the final "
+                    "hidden state) or k (the residual stream after k layers, an export's hidden_state.k)")
     mean: Array
     scale: Array
     weights: Array
@@ -136,6 +165,10 @@ class FittedHead(BaseModel):
     @model_validator(mode="after")
     def _shapes(self) -> FittedHead:
         c, h = len(self.classes), self.mean.shape[0] if self.mean.ndim == 1 else -1
+        if len(set(map(str, self.layers))) != len(self.layers) or any(k != "last" and k < 1 for k in self.layers):
+            raise ValueError(f"layers: distinct entries, each 'last' or a layer count >= 1, got {self.layers}")
+        if h % len(self.layers):
+            raise ValueError(f"mean: {h} values do not split into {len(self.layers)} equal states ({self.layers})")
         if len(set(self.classes)) != c:
             raise ValueError(f"classes: duplicate names in {self.classes}")
         if self.mean.ndim != 1 or self.scale.shape != self.mean.shape:
@@ -153,11 +186,18 @@ class FittedHead(BaseModel):
         return int(self.mean.shape[0])
 
     @property
+    def mid_layers(self) -> list[int]:
+        """The mid-layer states it reads (the export must output ``hidden_state.k`` for each)."""
+        return [k for k in self.layers if k != "last"]
+
+    @property
     def id(self) -> str:
-        """Short content id: what an answer's ``calibration`` note names."""
+        """Short content id: what an answer's ``calibration`` note names (a last-layer head's id
+        is what it was before heads could read other layers)."""
         from .schema import json_sha256
 
-        return "sha256:" + json_sha256(self.model_dump(mode="json", exclude={"fitted"}))[:12]
+        exclude = {"fitted"} | ({"layers"} if self.layers == ["last"] else set())
+        return "sha256:" + json_sha256(self.model_dump(mode="json", exclude=exclude))[:12]
 
     def logits(self, hidden: np.ndarray, log_probs: np.ndarray) -> np.ndarray:
         """W x + b for one row (hidden (H,), log p (C,) in class order) or many (2-D)."""

@@ -33,8 +33,8 @@ from .settings import Settings
 if TYPE_CHECKING:
     from .answers import QuestionHead
 
-__all__ = ["PROMPT_INSTRUCTIONS", "PROMPT_STATE", "Decider", "check_heads", "features", "fit", "prompt_sha256",
-           "row_answer"]
+__all__ = ["PROMPT_INSTRUCTIONS", "PROMPT_STATE", "Decider", "check_heads", "features",
+           "fit", "prompt_sha256", "resolve_layers", "row_answer", "stack_states"]
 
 PROMPT_STATE = "<state>"  # the placeholder state a prompt's identity is compiled with (prompt_sha256)
 PROMPT_INSTRUCTIONS = "<instructions>"  # and the placeholder question text of a head fitted on rows' own texts
@@ -46,6 +46,7 @@ class Decider(Protocol):
 
     name: str
     compiler: Compiler
+    engine: Any
 
     @property
     def model_key(self) -> str: ...
@@ -126,6 +127,10 @@ def check_heads(decider: Decider, request: DecisionRequest | Mapping[str, Any],
                                                        debias=s.debias, examples=req.examples,
                                                        own_instructions=head.own_instructions),
                            labels=resolve_label_mode(q.type, s.label_mode), debias=s.debias, wording=s.wording)
+        missing = [k for k in head.mid_layers if k not in decider.engine.hidden_layers]
+        if not why and missing:  # only a hand-edited head: an export's layers are part of its hash
+            why = (f"it reads the states after layers {missing}, which this export does not output (it outputs "
+                   f"{list(decider.engine.hidden_layers)})")
         if why:
             raise InvalidRequestError(f"the fitted head cannot answer this question: {why}", ("heads", name))
 
@@ -179,30 +184,69 @@ def features(decider: Decider, question: Question | Mapping[str, Any], rows: Seq
     return (*out, np.stack(mids).astype(np.float64)) if layers else out
 
 
+def resolve_layers(available: Sequence[int], layers: str | Sequence[int | str] = "auto") -> list[int | str]:
+    """The states a head reads (``FittedHead.layers``): "auto" — the export's deepest mid layer (the
+    graph builder's default outputs are n/2 and 2n/3 of n layers) and the last, or the last alone
+    for an export without mid layers; "last"; or a list of layer counts and "last" (each mid
+    layer must be among ``available``, the export's).
+
+    >>> resolve_layers((14, 18)), resolve_layers(()), resolve_layers((14, 18), [18, "last"])
+    ([18, 'last'], ['last'], [18, 'last'])
+    """
+    if layers == "auto":
+        if not available:
+            return ["last"]
+        return [max(available), "last"]
+    want: list[int | str] = ["last"] if layers == "last" else [k if k == "last" else int(k) for k in layers]
+    missing = [k for k in want if k != "last" and k not in available]
+    if missing:
+        raise InvalidRequestError(f"layers: the export outputs the states after layers {list(available)}, not "
+                                  f"{missing} ('last' is always there)", ("layers",))
+    return want
+
+
+def stack_states(last: np.ndarray, mids: np.ndarray | None, layer_ids: Sequence[int],
+                 which: Sequence[int | str]) -> np.ndarray:
+    """Rows' states concatenated as a head reads them: ``last`` (n, H), ``mids`` (n, L, H) in
+    ``layer_ids`` order → (n, H · len(which)) (``Readout.state`` for many rows)."""
+    parts = [last if k == "last" else mids[:, list(layer_ids).index(int(k))]  # type: ignore[index]
+             for k in which]
+    return np.concatenate(parts, axis=1).astype(np.float64)
+
+
 def fit(decider: Decider, question: Question | Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *,
         rotations: int | None = None, label_mode: LabelMode | None = None, debias: Debias | None = None,
         examples: Sequence[Example | Mapping[str, Any]] | None = None, components: int = 256,
-        class_weight: str = "balanced", prior: str | Sequence[float] = "rows", folds: int = 5, batch: int = 16,
+        layers: str | Sequence[int | str] = "auto", method: str = "anchored", class_weight: str = "balanced",
+        prior: str | Sequence[float] = "rows", folds: int = 5, batch: int = 16,
         calibrate: str = "none", progress: bool = False, command: str = "") -> FittedHead:
     """Fit a head for ``question`` on labelled ``rows`` ``{"state", "answer", "instructions"?}``
     (``answer``: an option key — choice: its name; score: a level number; noul: yes/no or a
-    bool; ``instructions``: the row's own question text). Each row is read once (``features``);
-    choice rows under ``rotations`` cyclic option orders, so the head learns the options, not
-    their places: by default every rotation, at most ``MAX_ROTATIONS`` (8) evenly spaced, and one
-    order under ``debias="canonical"`` (one prompt for every listing). A head read in the listed
-    order only learns the places too: on the default model it flipped 42.5 % of binary answers
-    when the two options were swapped, against 2.5 % fitted over both orders (docs/evaluation.md,
-    "Option order of fitted heads"). ``prior``: the class frequencies the head assumes where it
-    answers — "rows" (the rows' own), "uniform", or one frequency per option (when the rows were
-    not sampled as the answers occur, e.g. k per class); ``calibrate="temperature"`` divides the
-    head's logits by the temperature that fits its cross-validated predictions. Needs scikit-learn
-    (``head_regression.py``); errors name the row and field."""
+    bool; ``instructions``: the row's own question text). Each row is read once (``features``).
+    A choice question is read under ``debias="canonical"`` unless told otherwise: one prompt
+    for every listing of its options, so the head answers the same whatever order a caller
+    lists them in, at one read per row. Under another debias, choice rows are read under
+    ``rotations`` cyclic option orders (default every rotation, at most ``MAX_ROTATIONS``), so
+    the head learns the options, not their places.
+    ``layers``: the states the head reads (``resolve_layers``); ``method``: "anchored" (starts
+    from the zero-shot reading and stays there unless the rows justify moving) or "free"
+    (``head_regression.py``). ``prior``: the class frequencies of the task where the head
+    answers — "rows" (the rows' own: they were sampled as answers occur), "uniform", or one
+    frequency per option (when the rows were not sampled as the answers occur, e.g. k per
+    class); ``calibrate="temperature"`` divides the head's logits by the temperature that fits
+    its cross-validated predictions. Needs scikit-learn (``head_regression.py``); errors name
+    the row and field. The report's ``cv_gain`` says whether the head beat the zero-shot reading
+    on held-out rows (``HeadFit.worse_than_zero_shot``; ``typed-decisions fit`` refuses to write a
+    head that did not, unless forced)."""
     q = parse_question(question)
     classes = option_keys(q)
     gold = [row_answer(row, i, classes) for i, row in enumerate(rows)]
     check_rows_per_class(gold, classes)
+    if debias is None and q.type == "choice" and rotations is None and decider.settings().debias == "none":
+        debias = "canonical"
     s = decider.settings(label_mode=label_mode, debias=debias)  # the rows' requests set no debias of their own
     canonical = s.debias == "canonical"
+    which = resolve_layers(decider.engine.hidden_layers, layers)
     if q.type != "choice":
         n_orders = 1
     elif rotations is None:
@@ -214,19 +258,23 @@ def fit(decider: Decider, question: Question | Mapping[str, Any], rows: Sequence
     if n_orders > 1 and canonical:
         raise ValueError(f"rotations={rotations} would read each row {rotations} times the same prompt: under "
                          "debias='canonical' the options are shown in one order whatever the listing; use rotations=1")
-    hidden, probs, groups = features(decider, q, rows, rotations=n_orders, label_mode=s.label_mode, debias=s.debias,
-                                     examples=examples, batch=batch, progress=progress)
+    mid = any(k != "last" for k in which)
+    hidden, probs, groups, *mids = features(decider, q, rows, rotations=n_orders, label_mode=s.label_mode,
+                                            debias=s.debias, examples=examples, batch=batch, progress=progress,
+                                            layers=mid)
+    states = stack_states(hidden, mids[0] if mid else None, decider.engine.hidden_layers, which)
     y = np.repeat(np.asarray(gold), n_orders)
-    result = fit_head(hidden, probs, y, components=components, class_weight=class_weight,  # type: ignore[arg-type]
-                      prior=prior, folds=folds, groups=groups if n_orders > 1 else None,  # type: ignore[arg-type]
-                      calibrate=calibrate)  # type: ignore[arg-type]
+    result = fit_head(states, probs, y, components=components, method=method,  # type: ignore[arg-type]
+                      class_weight=class_weight, prior=prior, folds=folds,  # type: ignore[arg-type]
+                      groups=groups if n_orders > 1 else None, calibrate=calibrate)  # type: ignore[arg-type]
     own = any(row.get("instructions") is not None for row in rows)
     counts = np.bincount(np.asarray(gold), minlength=len(classes))
     report = FitReport(rows=len(rows), rows_per_class={c: int(k) for c, k in zip(classes, counts)},
-                       components=result.components, l2=result.l2, folds=result.folds,
+                       components=result.components, l2=None if np.isinf(result.l2) else result.l2, folds=result.folds,
                        cv_accuracy=result.cv_accuracy, cv_nll=result.cv_nll,
                        zero_shot_cv_accuracy=result.zero_shot_accuracy, rotations=n_orders,
                        cv_gain=None if result.cv_gain is None else [round(x, 4) for x in result.cv_gain],
+                       method=result.method, zero_shot_cv_nll=result.zero_shot_cv_nll,
                        class_weight=class_weight, prior=prior if isinstance(prior, str) else [float(x) for x in prior],  # type: ignore[arg-type]
                        temperature=round(result.temperature, 6), seconds=round(result.seconds, 3),
                        date=time.strftime("%Y-%m-%d"), command=command)
@@ -236,5 +284,5 @@ def fit(decider: Decider, question: Question | Mapping[str, Any], rows: Sequence
                                     own_instructions=own), own_instructions=own,
         rows_sha256=json_sha256([{k: row[k] for k in ("state", "answer", "instructions") if k in row}
                                  for row in rows]),
-        labels=resolve_label_mode(q.type, s.label_mode), debias=s.debias, wording=s.wording,
+        labels=resolve_label_mode(q.type, s.label_mode), debias=s.debias, wording=s.wording, layers=which,
         mean=result.mean, scale=result.scale, weights=result.weights, bias=result.bias, fitted=report)

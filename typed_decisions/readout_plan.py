@@ -46,6 +46,23 @@ class Readout:
     label_mass: float | None = None
     hidden: np.ndarray | None = None
     layers: np.ndarray | None = None
+    layer_ids: tuple[int, ...] = ()   # which layer each row of ``layers`` follows (``Engine.hidden_layers``)
+
+    def state(self, which: Sequence[int | str]) -> np.ndarray:
+        """The states ``which`` names ('last': ``hidden``; k: the residual stream after k layers),
+        concatenated: what a fitted head reads (``FittedHead.layers``)."""
+        parts = []
+        for k in which:
+            if k == "last":
+                if self.hidden is None:
+                    raise ValueError("the readout kept no hidden state (read with hidden=True)")
+                parts.append(self.hidden)
+            elif self.layers is None or k not in self.layer_ids:
+                raise ValueError(f"the readout kept no state after layer {k} (kept: {list(self.layer_ids)}; "
+                                 "read with layers=True from an export that outputs hidden_state.{k})")
+            else:
+                parts.append(self.layers[self.layer_ids.index(int(k))])
+        return np.concatenate(parts).astype(np.float64)
 
     def own_probabilities(self) -> np.ndarray:
         """This prompt's option probabilities (the order as listed when it is rotation 0)."""
@@ -81,7 +98,8 @@ class ReadoutPlan:
     def readouts(self, logits: Sequence[np.ndarray],
                  masses: Mapping[tuple[int, int], float] | None = None,
                  hiddens: Mapping[tuple[int, int], np.ndarray] | None = None,
-                 layers: Mapping[tuple[int, int], np.ndarray] | None = None) -> list[list[Readout]]:
+                 layers: Mapping[tuple[int, int], np.ndarray] | None = None,
+                 layer_ids: tuple[int, ...] = ()) -> list[list[Readout]]:
         """The readouts of every question of every request, given one logit vector per context
         (and, when label mass was read, the mass per (request, unit); when hidden states were
         kept, the root's per (request, unit); when mid-layer states were, the root's (L, H))."""
@@ -95,7 +113,8 @@ class ReadoutPlan:
             reads = [Readout(q, self.tries[ri][ui], node_logits[ri][ui],
                              label_mass=None if masses is None else masses.get((ri, ui)),
                              hidden=None if hiddens is None else hiddens.get((ri, ui)),
-                             layers=None if layers is None else layers.get((ri, ui)))
+                             layers=None if layers is None else layers.get((ri, ui)),
+                             layer_ids=layer_ids if layers is not None else ())
                      for ui, (_, _, q) in enumerate(units)]
             rotated: list[list[Readout]] = [[] for _ in comp.questions]
             for (qi, rot, _), r in zip(units, reads):
@@ -139,10 +158,8 @@ def plan_readout(compiled: Sequence[CompiledRequest], *, read_roots: bool | Sequ
 def fitted_probabilities(head: FittedHead, r: Readout) -> np.ndarray:
     """A fitted head's probabilities for one readout, in the question's listed option order: the
     head reads the root hidden state and the zero-shot probabilities in its class order."""
-    if r.hidden is None:
-        raise ValueError("the readout kept no hidden state (ask _read with hidden=True)")
     idx = head.order(r.question.options)                # listed index of each class
-    fitted = head.probabilities(r.hidden, r.probabilities()[idx])
+    fitted = head.probabilities(r.state(head.layers), r.probabilities()[idx])
     p = np.empty_like(fitted)
     p[idx] = fitted
     return p

@@ -120,11 +120,11 @@ def test_the_four_multinomial_readouts_derived_from_one_fit_equal_fitting_each()
     h = rng.normal(size=(n, hdim)) + np.eye(c, hdim)[y] * 1.5
     p = rng.dirichlet(np.ones(c), size=n)
     counts, split = np.bincount(y, minlength=c), np.array([5.0, 3.0, 12.0])
-    base = fit_head(h, p, y, components=8, prior="rows", calibrate="temperature")
+    base = fit_head(h, p, y, components=8, method="free", prior="rows", calibrate="temperature")
     assert abs(base.temperature - 1.0) > 1e-3                       # else +T and no T could not differ
     got = fit_curves.prior_variants(base, counts, split)
     for readout, (prior, calibrate) in {"rows": ("rows", "none"), "split": (split, "none"),
                                         "rows+T": ("rows", "temperature"), "split+T": (split, "temperature")}.items():
-        want = fit_head(h, p, y, components=8, prior=prior, calibrate=calibrate)
+        want = fit_head(h, p, y, components=8, method="free", prior=prior, calibrate=calibrate)
         np.testing.assert_allclose(got[readout][0], want.weights, rtol=1e-9, atol=1e-12, err_msg=readout)
         np.testing.assert_allclose(got[readout][1], want.bias, rtol=1e-9, atol=1e-12, err_msg=readout)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,11 +117,25 @@ def main_fit(argv: list[str]) -> int:
                    help="rows to fit on (default: 'calibration' of a dataset, 'all' of a --data file)")
     p.add_argument("--limit", type=int, default=None, help="fit on the first N rows of the split (fixed hash order)")
     p.add_argument("--test-limit", type=int, default=0, help="also score head and zero-shot on N test-split rows")
+    p.add_argument("--debias", choices=["canonical", "none", "rotate"], default=None,
+                   help="how choice rows are read: canonical (default: one read per row, one prompt for every "
+                        "listing of the options) or none with --rotations")
     p.add_argument("--rotations", type=int, default=None,
-                   help="choice: read each row under R cyclic option orders (default: every rotation, at most 8)")
+                   help="with --debias none: read each choice row under R cyclic option orders (default: every "
+                        "rotation, at most 8)")
+    p.add_argument("--layers", default="auto",
+                   help="the states the head reads: auto (the export's deepest mid layer and the last; the last "
+                        "alone without mid layers), last, or layer counts and 'last', comma-separated (e.g. 14,last)")
+    p.add_argument("--method", choices=["anchored", "free"], default="anchored",
+                   help="anchored (default): start from the zero-shot reading, move as far as the rows justify; "
+                        "free: a regression from scratch")
     p.add_argument("--components", type=int, default=256, help="PCA dimensions of the hidden state (default 256)")
-    p.add_argument("--prior", default="rows", help="class prior of the head: 'rows' (the rows' frequencies, default), "
-                                                   "'uniform', or one frequency per option, comma-separated, in option order")
+    p.add_argument("--prior", default="rows", help="the task's class frequencies: 'rows' (the rows were sampled as "
+                                                   "the answers occur, default), 'uniform', or one frequency per "
+                                                   "option, comma-separated, in option order (rows sampled k per "
+                                                   "option are not the task's frequencies: give these)")
+    p.add_argument("--force", action="store_true",
+                   help="write the head even when its cross-validation finds it behind the zero-shot reading")
     p.add_argument("--calibrate", choices=["none", "temperature"], default="none",
                    help="temperature: divide the head's logits by the temperature its cross-validated predictions fit")
     p.add_argument("--labels", choices=LABEL_MODES, default="auto")
@@ -150,20 +165,34 @@ def main_fit(argv: list[str]) -> int:
         if len(prior) != len(spec.options) or min(prior) <= 0:
             raise InvalidRequestError(f"--prior: {len(spec.options)} frequencies > 0 (one per option: "
                                       f"{', '.join(spec.option_names)}), got {args.prior!r}")
-    head = fit_spec(decider, spec, rows, rotations=args.rotations, components=args.components, prior=prior,
-                    calibrate=args.calibrate, examples=examples, progress=not args.quiet, command=command)
-    out = with_head(preset, head, bump=bump)
-    args.out.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    layers = args.layers if args.layers in ("auto", "last") else [x.strip() for x in args.layers.split(",")]
+    if not args.quiet:
+        print(expected_time(decider, spec, rows, debias=args.debias, rotations=args.rotations, examples=examples))
+    head = fit_spec(decider, spec, rows, rotations=args.rotations, debias=args.debias, components=args.components,
+                    layers=layers, method=args.method, prior=prior, calibrate=args.calibrate, examples=examples,
+                    progress=not args.quiet, command=command)
     f = head.fitted
     assert f is not None
-    print(f"fitted head {head.id} for {head.model}: {f.rows} rows {f.rows_per_class}, "
-          f"{f.components} PCA dimensions, C={f.l2:g} by {f.folds}-fold CV: accuracy "
+    reg = "λ=∞ (the rows moved nothing: the zero-shot reading)" if f.l2 is None else (
+        f"λ={f.l2:g}" if f.method == "anchored" else f"C={f.l2:g}")
+    print(f"fitted head {head.id} for {head.model}: {f.rows} rows {f.rows_per_class}, {f.method}, reads "
+          f"{'+'.join(map(str, head.layers))}, {f.components} PCA dimensions, {reg} by {f.folds}-fold CV: accuracy "
           f"{f.cv_accuracy if f.cv_accuracy is None else round(f.cv_accuracy, 3)} held out "
           f"(zero-shot on the same rows {f.zero_shot_cv_accuracy:.3f}), {f.seconds:.1f} s")
+    behind = f.behind_zero_shot
     if f.cv_gain is not None:
         gain, low, high = f.cv_gain
         print(f"  head − zero-shot, held out: {gain:+.3f} [{low:+.3f}, {high:+.3f}] (paired, 95 %, {f.rows} rows)")
-        if low <= 0:
+        if behind and not args.force:
+            print(f"error: the head is behind the zero-shot reading on its own held-out rows (accuracy {gain:+.3f}, "
+                  f"log-loss {f.cv_nll:.3f} vs {f.zero_shot_cv_nll if f.zero_shot_cv_nll is None else round(f.zero_shot_cv_nll, 3)}); "
+                  f"nothing written. Serve the zero-shot reading, give more rows, or --force to write it anyway",
+                  file=sys.stderr)
+            return 1
+        if behind:
+            print("  WARNING: written because of --force although its cross-validation finds it behind the zero-shot "
+                  "reading", file=sys.stderr)
+        elif low <= 0:
             print("  note: the interval reaches 0, so these rows do not show the head ahead of the zero-shot "
                   "reading (few rows per option, or rows the zero-shot reading already answers, cannot); score it "
                   "on rows it was not fitted on (--split calibration --test-limit N: the rest of the file; or "
@@ -175,5 +204,29 @@ def main_fit(argv: list[str]) -> int:
             m = rep[name]
             print(f"  test ({rep['rows']} rows) {name:9s} accuracy {m['accuracy']:.3f}  NLL {m['nll']:.3f}  "
                   f"ECE {m['ece']:.3f}")
+    out = with_head(preset, head, bump=bump)
+    args.out.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"preset: {args.out} ({out['name']} v{out['version']})")
     return 0
+
+
+def expected_time(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], *,
+                  debias: str | None, rotations: int | None,
+                  examples: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """"reading N rows × R orders: about T" — the reads ``fit`` will make, timed by one read of the
+    first row (its prompt is then in the prefix cache, so the fit's own read of it costs little)."""
+    import time
+
+    from ..debias import rotation_shifts
+
+    n_orders = 1
+    if spec.type == "choice" and (debias or "canonical") != "canonical":
+        n_orders = rotations or len(rotation_shifts(len(spec.options)))
+    first = head_rows(spec, rows[:1])
+    t0 = time.perf_counter()
+    decider.features(spec.question(), first, debias=debias or ("canonical" if spec.type == "choice" else None),
+                     examples=examples)
+    per_read = time.perf_counter() - t0
+    total = per_read * len(rows) * n_orders
+    orders = f" × {n_orders} option orders" if n_orders > 1 else ""
+    return f"reading {len(rows)} rows{orders}: about {total / 60:.1f} min ({per_read:.2f} s for the first read)"

@@ -144,6 +144,8 @@ def prepare_preset(model: str, preset_name: str | Preset, state: Any,
     settings = (decider if isinstance(decider, DeciderSettings)
                 else DeciderSettings(model) if decider is None else DeciderSettings.of(decider))
     head, head_note = select_head(preset, settings, wanted=params.get("fitted", "preset") == "preset")
+    if head is not None and "debias" not in params and head.debias != settings.debias:
+        request["debias"] = head.debias  # read the question as the head was fitted (fit reads choices canonically)
     if head is not None:  # the head was fitted on raw probabilities: no calibration on top
         cal, note = None, head_note
         if hasattr(decider, "check_heads"):  # a real Decider: export, prompt and reading, before queueing

@@ -1,0 +1,166 @@
+"""The anchored head: a fitted head that starts from the zero-shot reading (``head_regression.py``
+holds the shared design — standardize, PCA — and the free regression).
+
+A free regression starts from nothing (L2 toward 0) and has to relearn from the rows what the
+zero-shot reading already knew. The anchored head starts from the zero-shot reading and moves
+only as far as the rows justify (L2-SP, Li et al. 2018):
+
+    logits  = lp + D lp + A x + b             lp = clip(log p), x = z Vᵀ; D (C, C), A (C, d), b (C,)
+    loss    = Σᵢ wᵢ CE(softmax(logitsᵢ), yᵢ) / Σᵢ wᵢ + λ/2 (‖D‖² + ‖A‖² + ‖b‖²)
+    wᵢ      = π(yᵢ) / f(yᵢ)                   π the task's class frequencies (``prior``), f the rows'
+
+so D = A = b = 0 — the head *is* the zero-shot reading — is where a large λ holds it. λ is chosen
+among ANCHOR_GRID by the weighted held-out log-loss of stratified k-fold CV, and "no change" (λ = ∞,
+the zero-shot reading's own held-out log-loss) is a candidate too: with rows that say nothing the
+head stays exactly zero-shot. The weights make the loss the expected log-loss under the task's
+class frequencies, not under how the rows were sampled (k rows per option are not the task's
+frequencies): ``prior="rows"`` (the rows are a sample as answers occur) weighs every row 1,
+``"uniform"`` balances the classes, a list gives π. Folded, W = [I + D, A V] and the bias b, the
+same served form as the free head. The solver is scipy's L-BFGS on this smooth convex loss
+(gradient below, ``_anchored``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from .head_design import HeadFit, design, fit_temperature, paired_interval, sklearn_parts
+
+__all__ = ["ANCHOR_GRID", "fit_anchored", "row_weights"]
+
+ANCHOR_GRID = tuple(float(c) for c in np.logspace(-4, 1, 6))  # the strengths λ tried (and λ = ∞: no change)
+
+
+def row_weights(gold: np.ndarray, n_classes: int, prior: str | Sequence[float]) -> np.ndarray:
+    """wᵢ = π(yᵢ) / f(yᵢ), mean 1: what makes a loss over the rows (class frequencies f) the expected
+    loss under the task's class frequencies π — "rows": π = f (every row 1), "uniform", or given.
+
+    >>> row_weights(np.array([0, 0, 0, 1]), 2, "uniform").tolist()
+    [0.6666666666666666, 0.6666666666666666, 0.6666666666666666, 2.0]
+    """
+    f = np.bincount(gold, minlength=n_classes) / gold.size
+    if isinstance(prior, str):
+        if prior == "rows":
+            return np.ones(gold.size)
+        if prior != "uniform":
+            raise ValueError(f"prior: 'rows', 'uniform' or one frequency per class, got {prior!r}")
+        pi = np.full(n_classes, 1.0 / n_classes)
+    else:
+        pi = np.asarray(prior, dtype=np.float64)
+        if pi.shape != (n_classes,) or np.any(pi <= 0) or not np.all(np.isfinite(pi)):
+            raise ValueError(f"prior: {n_classes} class frequencies > 0, got {list(pi)}")
+        pi = pi / pi.sum()
+    w = pi[gold] / f[gold]
+    return w / w.mean()
+
+
+def _anchored_loss(theta: np.ndarray, lp: np.ndarray, x: np.ndarray, y: np.ndarray, w: np.ndarray,
+                   lam: float) -> tuple[float, np.ndarray]:
+    """The anchored loss of the module docstring and its gradient, θ = [D, A, b] flattened:
+
+        G = diag(w) (softmax(logits) − onehot(y)) / Σw        ∂/∂D = Gᵀ lp + λD,  ∂/∂A = Gᵀ x + λA,  ∂/∂b = Σᵢ Gᵢ + λb
+    """
+    n, c = lp.shape
+    d = x.shape[1]
+    dm, a, b = theta[: c * c].reshape(c, c), theta[c * c : c * c + c * d].reshape(c, d), theta[c * c + c * d :]
+    z = lp + lp @ dm.T + x @ a.T + b
+    z = z - z.max(axis=1, keepdims=True)
+    log_norm = np.log(np.exp(z).sum(axis=1))
+    wn = w / w.sum()
+    loss = float(np.sum(wn * (log_norm - z[np.arange(n), y]))) + 0.5 * lam * float(theta @ theta)
+    g = np.exp(z - log_norm[:, None])
+    g[np.arange(n), y] -= 1.0
+    g *= wn[:, None]
+    grad = np.concatenate([(g.T @ lp).ravel(), (g.T @ x).ravel(), g.sum(axis=0)]) + lam * theta
+    return loss, grad
+
+
+def _anchored(lp: np.ndarray, x: np.ndarray, y: np.ndarray, w: np.ndarray, lam: float, tol: float,
+              start: np.ndarray | None = None) -> np.ndarray:
+    """θ minimising ``_anchored_loss`` (L-BFGS from ``start``, else from 0: the zero-shot reading)."""
+    from scipy.optimize import minimize
+
+    c, d = lp.shape[1], x.shape[1]
+    theta0 = np.zeros(c * c + c * d + c) if start is None else start
+    res = minimize(_anchored_loss, theta0, args=(lp, x, y, w, lam), jac=True, method="L-BFGS-B",
+                   options={"maxiter": 20000, "gtol": tol, "ftol": 1e-15})
+    return res.x
+
+
+def _anchored_logits(theta: np.ndarray, lp: np.ndarray, x: np.ndarray) -> np.ndarray:
+    c, d = lp.shape[1], x.shape[1]
+    dm, a, b = theta[: c * c].reshape(c, c), theta[c * c : c * c + c * d].reshape(c, d), theta[c * c + c * d :]
+    return lp + lp @ dm.T + x @ a.T + b
+
+
+def _softmax_rows(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _weighted_log_loss(probs: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+    return float(-np.sum(w * np.log(np.clip(probs[np.arange(y.size), y], 1e-300, None))) / np.sum(w))
+
+
+def _splits(x: np.ndarray, y: np.ndarray, groups: Sequence[int] | None, k: int, seed: int) -> list:
+    _, StratifiedKFold, StratifiedGroupKFold = sklearn_parts()
+    if groups is not None:
+        return list(StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed).split(x, y, groups))
+    return list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(x, y))
+
+
+def fit_anchored(h: np.ndarray, p: np.ndarray, y: np.ndarray, *, components: int, prior: str | Sequence[float],
+                  folds: int, grid: Sequence[float], groups: Sequence[int] | None, seed: int, tol: float,
+                  calibrate: str, t0: float) -> HeadFit:
+    n, n_classes = p.shape
+    mean, scale, v, design_x = design(h, p, components)
+    lp, x = design_x[:, :n_classes], design_x[:, n_classes:]
+    w = row_weights(y, n_classes, prior)
+    counts = np.bincount(y, minlength=n_classes)
+    units = counts if groups is None else np.array(
+        [np.unique(np.asarray(groups)[y == c]).size for c in range(n_classes)])
+    k = int(min(folds, units.min()))
+    zero_p = _softmax_rows(lp)
+    lam, cv_acc, cv_nll, cv_gain, zero_nll, held_p, held_y = float("inf"), None, None, None, None, None, None
+    if k >= 2:
+        splits = _splits(x, y, groups, k, seed)
+        seen = np.zeros(n, dtype=bool)
+        for _, test in splits:
+            seen[test] = True
+        zero_nll = _weighted_log_loss(zero_p[seen], y[seen], w[seen])
+        candidates = [(zero_nll, float("inf"), zero_p)]   # "no change" first: it wins ties
+        starts: dict[int, np.ndarray] = {}
+        for c in sorted(grid, reverse=True):                # strong to weak, each fold warm-started
+            held = np.zeros((n, n_classes))
+            for f, (train, test) in enumerate(splits):
+                starts[f] = _anchored(lp[train], x[train], y[train], w[train], c, tol, starts.get(f))
+                held[test] = _softmax_rows(_anchored_logits(starts[f], lp[test], x[test]))
+            candidates.append((_weighted_log_loss(held[seen], y[seen], w[seen]), float(c), held))
+        cv_nll, lam, held = min(candidates, key=lambda r: (r[0], -r[1]))
+        held_p, held_y = held[seen], y[seen]
+        hit = held_p.argmax(1) == held_y
+        cv_acc = float(np.sum(w[seen] * hit) / np.sum(w[seen]))
+        gain = hit.astype(np.float64) - (zero_p[seen].argmax(1) == held_y)
+        cv_gain = paired_interval(gain, None if groups is None else np.asarray(groups)[seen], seed=seed,
+                                  weights=w[seen])
+    elif len(grid) == 1:
+        lam = float(grid[0])
+    if np.isinf(lam):
+        theta = np.zeros(n_classes * n_classes + n_classes * x.shape[1] + n_classes)
+    else:
+        theta = _anchored(lp, x, y, w, lam, tol)
+    c2, d = n_classes * n_classes, n_classes * x.shape[1]
+    dm, a, b = theta[:c2].reshape(n_classes, n_classes), theta[c2 : c2 + d].reshape(n_classes, -1), theta[c2 + d :]
+    weights = np.concatenate([np.eye(n_classes) + dm, a @ v], axis=1)      # (C, C + H)
+    bias = np.array(b, dtype=np.float64)
+    temperature = 1.0
+    if calibrate == "temperature" and held_p is not None:
+        temperature = fit_temperature(held_p, held_y, np.zeros(n_classes))
+        weights, bias = weights / temperature, bias / temperature
+    return HeadFit(mean=mean, scale=scale, weights=weights, bias=bias, components=v.shape[0], l2=lam,
+                   folds=k if k >= 2 else 0, temperature=temperature, cv_accuracy=cv_acc, cv_nll=cv_nll,
+                   zero_shot_accuracy=float(np.sum(w * (p.argmax(1) == y)) / np.sum(w)),
+                   seconds=time.perf_counter() - t0, cv_gain=cv_gain, method="anchored", zero_shot_cv_nll=zero_nll)
