@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typed_decisions.settings import Settings
+
 import json
 import math
 from types import SimpleNamespace
@@ -94,14 +96,14 @@ def test_precedence_and_what_the_answer_says():
     assert cal is None and "params.calibration" in note
     # the Decider's own file wins, even when it has no entry for this type (never stacked)
     own = CalibrationFile(model="m", created="2026-01-01", per_type={"noul": TypeCalibration(temperature=2.0)})
-    cal, note = select_calibration(p, DeciderSettings("m", calibration=own), labels="names", debias="none")
+    cal, note = select_calibration(p, DeciderSettings("m", Settings(calibration=own)), labels="names", debias="none")
     assert cal is None and note.startswith("decider file m@v1: T=2 ") and "wins over preset p v1" in note
     other = CalibrationFile(model="m", created="2026-01-01", per_type={"choice": TypeCalibration(temperature=2.0)})
-    cal, note = select_calibration(p, DeciderSettings("m", calibration=other), labels="names", debias="none")
+    cal, note = select_calibration(p, DeciderSettings("m", Settings(calibration=other)), labels="names", debias="none")
     assert cal is None and "no entry for noul questions, uncalibrated" in note
     # fitted under another reading of the question: not applied
     for settings, labels, debias in [(DeciderSettings("m"), "letters", "none"), (DeciderSettings("m"), "names", "rotate"),
-                                     (DeciderSettings("m", wording="terse"), "names", "none")]:
+                                     (DeciderSettings("m", Settings(wording="terse")), "names", "none")]:
         cal, note = select_calibration(p, settings, labels=labels, debias=debias)
         assert cal is None and "names/none/default" in note and note.startswith("none:"), note
 
@@ -125,9 +127,9 @@ def test_prepare_preset_resolves_the_reading_and_checks_the_param():
     p = Preset.model_validate(_preset(SCORE, {"m": {"temperature": 0.5, "labels": "letters"}}))
     assert prepare_preset("m", p, "s").calibration is not None  # auto reads a score with letters
     assert prepare_preset("m", p, "s", {"label_mode": "names"}).calibration is None
-    assert prepare_preset("m", p, "s", decider=DeciderSettings("m", label_mode="names")).calibration is None
+    assert prepare_preset("m", p, "s", decider=DeciderSettings("m", Settings(label_mode="names"))).calibration is None
     assert prepare_preset("m", p, "s", {"label_mode": "letters"},
-                          decider=DeciderSettings("m", label_mode="names")).calibration is not None
+                          decider=DeciderSettings("m", Settings(label_mode="names"))).calibration is not None
     with pytest.raises(InvalidRequestError, match="params.calibration must be 'preset' or 'none'") as e:
         prepare_preset("m", p, "s", {"calibration": "file"})
     assert e.value.args  # the field travels with the error (422 on the server)

@@ -196,7 +196,7 @@ def main_fit(argv: list[str]) -> int:
             print("  note: the interval reaches 0, so these rows do not show the head ahead of the zero-shot "
                   "reading (few rows per option, or rows the zero-shot reading already answers, cannot); score it "
                   "on rows it was not fitted on (--split calibration --test-limit N: the rest of the file; or "
-                  "eval --preset) before serving it, or give more rows (docs/evaluation.md, 'When to fit')")
+                  "eval --preset) before serving it, or give more rows (docs/evaluation.md, 'Fitted heads')")
     if args.test_limit:
         _, test_rows, _ = question_rows(args, "test", args.test_limit)
         rep = score_head(decider, head, spec, test_rows, examples=examples, n_bins=args.bins)

@@ -144,7 +144,7 @@ def prepare_preset(model: str, preset_name: str | Preset, state: Any,
     settings = (decider if isinstance(decider, DeciderSettings)
                 else DeciderSettings(model) if decider is None else DeciderSettings.of(decider))
     head, head_note = select_head(preset, settings, wanted=params.get("fitted", "preset") == "preset")
-    if head is not None and "debias" not in params and head.debias != settings.debias:
+    if head is not None and "debias" not in params and head.debias != settings.reading.debias:
         request["debias"] = head.debias  # read the question as the head was fitted (fit reads choices canonically)
     if head is not None:  # the head was fitted on raw probabilities: no calibration on top
         cal, note = None, head_note
@@ -153,8 +153,8 @@ def prepare_preset(model: str, preset_name: str | Preset, state: Any,
                                 debias=params.get("debias"))
     else:
         cal, note = select_calibration(
-            preset, settings, labels=resolve_label_mode(spec.type, params.get("label_mode") or settings.label_mode),
-            debias=params.get("debias") or settings.debias, wanted=params.get("calibration", "preset") == "preset")
+            preset, settings, labels=resolve_label_mode(spec.type, params.get("label_mode") or settings.reading.label_mode),
+            debias=params.get("debias") or settings.reading.debias, wanted=params.get("calibration", "preset") == "preset")
         if head_note:
             note = f"{head_note}; calibration {note}"
     return PresetCall(preset=preset, request=request, label_mode=params.get("label_mode"),

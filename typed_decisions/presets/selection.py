@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..calibration import CalibrationFile
-from ..compiler import LabelMode, QuestionLabels
+from ..compiler import QuestionLabels
 from ..errors import InvalidRequestError
 from ..fitted import FittedHead
 from ..reducers import DEFAULT_CONFIDENCE, ConfidenceKind
 from ..schema import Debias
+from ..settings import Settings
 from .preset import Preset, PresetCalibration
 
 __all__ = ["DeciderSettings", "select_calibration", "select_head"]
@@ -45,11 +45,8 @@ class DeciderSettings:
     """
 
     name: str
-    label_mode: LabelMode = "auto"
-    debias: Debias = "none"
-    wording: str = "default"
+    reading: Settings = Settings()  # the Decider's default reading: label mode, debias, wording, calibration file
     confidence: ConfidenceKind = DEFAULT_CONFIDENCE
-    calibration: CalibrationFile | None = None
     quantized: str | None = None  # "int8" for an INT8 export (its manifest's weight type)
 
     @property
@@ -62,11 +59,9 @@ class DeciderSettings:
         if isinstance(own, cls):
             return own
         quant = getattr(getattr(decider, "artifacts", None), "quantization", None)
-        return cls(name=decider.name, label_mode=getattr(decider, "label_mode", "auto"),
-                   debias=getattr(decider, "debias", "none"),
-                   wording=getattr(getattr(decider, "compiler", None), "wording_name", "default"),
+        reading = decider.settings() if callable(getattr(decider, "settings", None)) else Settings()
+        return cls(name=decider.name, reading=reading,
                    confidence=getattr(decider, "confidence_kind", DEFAULT_CONFIDENCE),
-                   calibration=getattr(decider, "calibration", None),
                    quantized=str(quant.get("weight_type", "int8")) if isinstance(quant, dict) else None)
 
 
@@ -88,8 +83,8 @@ def select_calibration(preset: Preset, decider: DeciderSettings, *, labels: Ques
     where = f"preset {preset.name} v{preset.version}"
     if not wanted:
         return None, "none: params.calibration is 'none'"
-    if decider.calibration is not None:
-        f = decider.calibration
+    if decider.reading.calibration is not None:
+        f = decider.reading.calibration
         tc = f.for_type(preset.question.type)
         own = (f"T={tc.temperature:g}" + (", contextual" if tc.contextual else "")
                if tc.temperature != 1.0 or tc.contextual else f"no entry for {preset.question.type} questions, uncalibrated")
@@ -100,7 +95,7 @@ def select_calibration(preset: Preset, decider: DeciderSettings, *, labels: Ques
         fitted = ", ".join(sorted(preset.calibration or {})) or "none"
         return None, f"none: {where} has no calibration for {model} (fitted for: {fitted})"
     fit_reading = (cal.labels, cal.debias, cal.wording)
-    call_reading = (labels, debias, decider.wording)
+    call_reading = (labels, debias, decider.reading.wording)
     if fit_reading != call_reading:
         return None, (f"none: {where}'s calibration for {model} was fitted reading the question with "
                       f"labels/debias/wording {'/'.join(fit_reading)}; this call reads {'/'.join(call_reading)}")

@@ -34,8 +34,9 @@ def serve_parser() -> argparse.ArgumentParser:
     """The flags of ``typed-decisions serve`` (``ray_typed_decisions.cli`` adds its own to them)."""
     env = lambda name, default=None: os.environ.get(ENV_PREFIX + name) or default  # noqa: E731
     p = argparse.ArgumentParser(prog="typed-decisions serve", description=(
-        "Serve POST /v1/systemone (typesafe-sdk compatible) for one exported model. Every option "
-        f"also reads {ENV_PREFIX}<OPTION> (e.g. {ENV_PREFIX}MAX_BATCH); flags win."))
+        "Serve POST /v1/systemone (typesafe-sdk compatible) and POST /v1/decisions (OpenAI's Decisions API) "
+        f"for one exported model. Most options also read an environment variable ({ENV_PREFIX}MAX_BATCH for "
+        "--max-batch, ...); which ones, and the exceptions: docs/deploy.md, 'Settings'. Flags win."))
     p.add_argument("--model", default=env("MODEL"), required=env("MODEL") is None,
                    help="exported model directory, or a catalogue name/alias ('default', 'tiny', "
                         "'NAME:int8') whose export is in the cache")

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import (AuthenticationError, InvalidRequestError, ModelNotFoundError, RateLimitedError,
                       TypedDecisionsError, UnavailableError, http_status)
 from ..presets import Preset, load_preset, prepare_preset
-from ..fitted import FittedHead
+from ..answers import QuestionHead
 from ..models import CATALOGUE
 from ..schema import DecisionRequest, DecisionResponse, Usage, json_sha256
 from .batching import MicroBatcher, Unbatched
@@ -72,7 +72,7 @@ class Job:
     request: DecisionRequest
     label_mode: LabelMode | None = None
     explain: bool = False
-    heads: Mapping[str, FittedHead] | None = None  # a preset's fitted head, by question name
+    heads: Mapping[str, QuestionHead] | None = None  # a preset's head or fixed calibration, by question name
     set_aside: bool = False  # /v1/decisions: refuse unanswerable questions alone (set_aside.py)
 
 

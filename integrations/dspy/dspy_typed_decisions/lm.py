@@ -121,7 +121,7 @@ class TypedDecisionsLM(BaseLM):
     def fit(self, program: Any, trainset: Sequence[Any], **kwargs: Any) -> TypedDecisionsLM:
         """A copy of this LM whose questions are answered by heads fitted on ``trainset``
         (``Decider.fit``: the hidden state at the answer position and the zero-shot log-probs;
-        docs/evaluation.md, "Fitted readout"). ``program`` (a ``dspy.Predict``, ``TypedPredict`` or
+        docs/evaluation.md, "Fitted heads"). ``program`` (a ``dspy.Predict``, ``TypedPredict`` or
         any module) is run once on each example's inputs with this LM, recording the questions
         DSPy's decision adapter sends; each output field an example labels gives a row to the
         question of that name. A head then answers exactly that wire question (same signature,

@@ -131,7 +131,7 @@ class DecisionBase(RunnableSerializable[Any, Output]):
     def fit(self, examples: Sequence[Any], **kwargs: Any) -> Self:
         """A copy of this Runnable whose questions are answered by heads fitted on ``examples``
         (``Decider.fit``: the hidden state at the answer position and the zero-shot log-probs, a
-        logistic head; docs/evaluation.md, "Fitted readout"). An example is ``(input, answer)``
+        logistic head; docs/evaluation.md, "Fitted heads"). An example is ``(input, answer)``
         or ``{"input": ..., "answer": ...}``, its answer what this Runnable's question should give
         (an option name, a bool, a level number) or, for several questions, ``{name: answer}``.
         Only with a local decider (a server answers fitted presets at ``/v1/presets/{name}``);

@@ -54,7 +54,7 @@ from ray.serve.handle import DeploymentHandle
 
 from typed_decisions.compiler import LabelMode
 from typed_decisions.engine import EngineStats
-from typed_decisions.fitted import FittedHead
+from typed_decisions.answers import QuestionHead
 from typed_decisions.presets import DeciderSettings
 from typed_decisions.schema import DecisionRequest, DecisionResponse, json_sha256
 from typed_decisions.server import Job, ServerSettings, answer_each, create_app
@@ -64,7 +64,7 @@ CONSISTENT_HASH_ROUTER = "ray.serve.experimental.consistent_hash_router.Consiste
 # are sent again, to the replica that owns the key now; this many times, then the error stands.
 REPLICA_RETRIES = 2
 Batching = Literal["micro", "serve"]
-Heads = Mapping[str, FittedHead] | None  # one request's fitted heads by question name (a fitted preset's)
+Heads = Mapping[str, QuestionHead] | None  # one request's heads by question name (a preset's head or calibration)
 
 
 def routing_key(request: DecisionRequest) -> str:
