@@ -167,6 +167,31 @@ def evaluate(sets: dict[str, dict[str, Any]], readouts: list[str], ks: list[int]
     return per
 
 
+def serving_ratio(decider: Decider, d: dict[str, Any], name: str, set_name: str, rows: int,
+                  components: int) -> dict[str, Any]:
+    """What a head reading ``name``'s layers costs at serve time: a FittedHead fitted on the set's
+    cached k = 32 rows (no new reads), then one request alone per test row, zero-shot and fitted,
+    interleaved, prefix cache off (``fit_curves.time_requests``): the medians and the median ratio."""
+    from benchmarks.fit_curves import time_requests
+    from typed_decisions.compiler import resolve_label_mode
+    from typed_decisions.fitted import FittedHead
+
+    method, which, prior, _ = parse_readout(name)
+    spec = d["spec"]
+    q = spec.question()
+    own = spec.instructions_field is not None
+    states = stack_states(d["h_tr"], d["m_tr"], decider.engine.hidden_layers, which)
+    pi = d["split_prior"] if prior == "split" else np.bincount(d["y_tr"]).astype(np.float64)
+    fit = fit_head(states, d["p_tr"], d["y_tr"], components=components, method=method, prior=list(pi))
+    head = FittedHead(question_type=spec.type, classes=decider.option_keys(decider.parse_question(q)),
+                      model=decider.model_key, export_sha256=decider.export_sha256,
+                      prompt_sha256=decider.prompt_sha256(q, own_instructions=own), own_instructions=own,
+                      rows_sha256="-", labels=resolve_label_mode(spec.type, decider.label_mode), layers=which,
+                      mean=fit.mean, scale=fit.scale, weights=fit.weights, bias=fit.bias)
+    test = load_dataset(set_name, "test", rows).rows
+    return {"readout": name, "set": set_name, "rows": len(test), **time_requests(decider, spec, head, test)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
@@ -177,6 +202,10 @@ def main() -> int:
     p.add_argument("--readouts", default=",".join(READOUTS), help="method/layers/prior, each also with +T")
     p.add_argument("--components", type=int, default=256)
     p.add_argument("--boot", type=int, default=1000)
+    p.add_argument("--time-rows", type=int, default=0, help="time this many requests alone, zero-shot vs a head "
+                                                            "(--time-readout, on the first set); 0: no timing")
+    p.add_argument("--time-readout", default="anchored/18+last/split")
+    p.add_argument("--time-only", action="store_true", help="the timing alone, no learning curves")
     harness.common_args(p, threads=None)
     args = p.parse_args()
     load_start = os.getloadavg()
@@ -191,9 +220,18 @@ def main() -> int:
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
     if args.read_only:
         return 0
+    command = harness.command("benchmarks.head_layers")
+    if args.time_rows:
+        first = next(iter(sets))
+        timing = serving_ratio(decider, sets[first], args.time_readout, first, args.time_rows, args.components)
+        print(json.dumps(timing), flush=True)
+        path = out.with_name(f"{out.stem}-serving.json")
+        harness.write_result("head_layers", decider.model_key, timing, command=command, out=path,
+                             load_avg_start=load_start)
+        if args.time_only:
+            return 0
     per = evaluate(sets, args.readouts.split(","), [int(k) for k in args.ks.split(",")],
                    decider.engine.hidden_layers, args.components, args.boot)
-    command = harness.command("benchmarks.head_layers")
     summary = {}
     for r, doc in per.items():
         path = out.with_name(f"{out.stem}-{r.replace('/', '-').replace('+', '_')}.json")

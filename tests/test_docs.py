@@ -27,6 +27,7 @@ import contextlib
 import io
 import re
 import shlex
+import sys
 import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -125,6 +126,9 @@ def shell_commands(block: str) -> Iterator[tuple[int, str, list[str]]]:
             continue
         if Path(tokens[0]).name in ("python", "python3") and tokens[1:3] == ["-m", "typed_decisions_export.cli"]:
             program, rest = "typed-decisions-export", tokens[3:]
+        elif Path(tokens[0]).name in ("python", "python3") and tokens[1:2] == ["-m"] and \
+                re.fullmatch(r"benchmarks\.\w+", tokens[2] if len(tokens) > 2 else ""):
+            program, rest = tokens[2], tokens[3:]
         elif Path(tokens[0]).name in PROGRAMS:
             program, rest = Path(tokens[0]).name, tokens[1:]
         else:
@@ -171,6 +175,19 @@ def _stop_at_parse(parse: bool) -> Iterator[None]:
 
 
 def _entry(program: str) -> Callable[[list[str]], Any]:
+    if program.startswith("benchmarks."):  # a benchmark's main() parses sys.argv
+        import importlib
+
+        module = importlib.import_module(program)
+
+        def run(argv: list[str]) -> Any:
+            saved = sys.argv
+            sys.argv = [program, *argv]
+            try:
+                return module.main()
+            finally:
+                sys.argv = saved
+        return run
     if program == "typed-decisions":
         from typed_decisions.cli import main
     else:
@@ -495,8 +512,11 @@ def test_a_bad_command_fails(monkeypatch: pytest.MonkeyPatch):
                  "typed-decisions fit --data x.jsonl",                        # --model, --out required
                  "typed-decisions frobnicate",                                # no such command
                  "typed-decisions-export tiny --out D --quantize int4",
-                 "typed-decisions serve --ray --model D --replicas two"):
+                 "typed-decisions serve --ray --model D --replicas two",
+                 "python -m benchmarks.head_layers --model D --ks 2,8 --frobnicate",  # a benchmark's own flags
+                 "python -m benchmarks.head_layers --ks 2,8"):                     # --model required
         assert len(bad_commands(f"```bash\n{line}\n```\n")) == 1, line
+    assert bad_commands("```bash\npython -m benchmarks.head_layers --model D --ks 2,8 --test 80\n```\n") == []
 
 
 def test_a_bad_inline_flag_fails():
