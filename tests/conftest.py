@@ -7,7 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from td_threads import THREADS
 from td_int8 import MARKER as INT8_MARKER
+
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))  # torch (the oracles) keeps to this worker's share too
 from td_int8 import Guard as Int8Guard
 from td_optional import fast_tier
 
@@ -182,7 +185,7 @@ def tiny_bare_dir(tiny_model_dir):
 def tiny_decider(tiny_model_dir):
     from typed_decisions.decider import Decider
 
-    return Decider.from_dir(tiny_model_dir, threads=2)
+    return Decider.from_dir(tiny_model_dir, threads=THREADS)
 
 
 @pytest.fixture(scope="session")

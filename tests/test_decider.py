@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 
 from typed_decisions import Choice, Decider, Noul, Score
 from typed_decisions.calibration import CalibrationFile, TypeCalibration, calibrate
@@ -86,7 +87,7 @@ def test_calibration_file_is_applied_and_visible(tiny_model_dir, tiny_decider, t
                           content_free_state="N/A")
     path = tmp_path / "cal.json"
     cal.save(path)
-    calibrated = Decider.from_dir(tiny_model_dir, threads=2, calibration=path)
+    calibrated = Decider.from_dir(tiny_model_dir, threads=THREADS, calibration=path)
     raw = tiny_decider.probabilities({"model": "m", "state": STATE, "questions": {
         k: v.model_dump(exclude_none=True) for k, v in QUESTIONS.items()}})
     cf = tiny_decider.probabilities({"model": "m", "state": "N/A", "questions": {
@@ -113,7 +114,7 @@ def test_calibration_file_is_applied_and_visible(tiny_model_dir, tiny_decider, t
 
 @pytest.mark.parametrize("kind", ["typesafe", "bonsai", "entropy"])
 def test_confidence_formula_is_selectable(tiny_model_dir, kind):
-    d = Decider.from_dir(tiny_model_dir, threads=2, confidence=kind)
+    d = Decider.from_dir(tiny_model_dir, threads=THREADS, confidence=kind)
     resp = d.decide(STATE, {"team": QUESTIONS["team"]})
     p = np.array(list(resp.answers["team"].probabilities.values()))
     assert resp.answers["team"].confidence == pytest.approx(confidence(p, kind), abs=1e-12)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 from test_engine_oracle import STATES, THREE, compiled
 
 from typed_decisions.decider import Decider, parse_request
@@ -77,10 +78,10 @@ def test_mid_layers_are_the_same_alone_batched_packed_cached_and_chunked(tiny_mo
         engine.next_token_logits(ctxs, allowed, layers_out=got, **kw)
         return got
 
-    packed = Engine(tiny_decider.artifacts, threads=2, cache_bytes=0)
-    unpacked = Engine(tiny_decider.artifacts, threads=2, cache_bytes=0, packed=False)
-    chunked = Engine(tiny_decider.artifacts, threads=2, cache_bytes=0, prefill_chunk=16)
-    cached = Engine(tiny_decider.artifacts, threads=2)
+    packed = Engine(tiny_decider.artifacts, threads=THREADS, cache_bytes=0)
+    unpacked = Engine(tiny_decider.artifacts, threads=THREADS, cache_bytes=0, packed=False)
+    chunked = Engine(tiny_decider.artifacts, threads=THREADS, cache_bytes=0, prefill_chunk=16)
+    cached = Engine(tiny_decider.artifacts, threads=THREADS)
     ways = {"packed": layers(packed), "unpacked": layers(unpacked), "chunked": layers(chunked),
             "cold": layers(cached, cache_points=[cut])}
     assert packed.stats.packed_rows >= 1 and unpacked.stats.packed_rows == 0
@@ -95,7 +96,7 @@ def test_mid_layers_are_the_same_alone_batched_packed_cached_and_chunked(tiny_mo
 
 def test_the_prefix_cache_counts_mid_layer_states_in_its_budget(tiny_decider):
     ctxs, cut = contexts(tiny_decider)
-    engine = Engine(tiny_decider.artifacts, threads=2)
+    engine = Engine(tiny_decider.artifacts, threads=THREADS)
     engine.next_token_logits(ctxs[-1:], [[0]], cache_points=[cut])
     ((kv, hidden, layers),) = engine.prefix_cache._entries.values()
     assert layers.shape == (2, hidden.size)
@@ -117,7 +118,7 @@ def test_features_returns_the_mid_layers_beside_the_last_layer(tiny_decider):
 
 def test_an_export_without_mid_layers_keeps_last_layer_heads_and_refuses_mid_layer_reads(tiny_decider,
                                                                                           tiny_bare_dir):
-    bare = Decider.from_dir(tiny_bare_dir, threads=2)
+    bare = Decider.from_dir(tiny_bare_dir, threads=THREADS)
     assert bare.engine.hidden_layers == () and bare.artifacts.manifest["hidden_layers"] == []
     hidden, probs, _ = bare.features(TEAM, ROWS)
     h, p, _ = tiny_decider.features(TEAM, ROWS)

@@ -11,6 +11,7 @@ import random
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 
 from typed_decisions.decider import Decider, parse_request
 from typed_decisions.readout import LabelTrie
@@ -129,7 +130,7 @@ THREE = {
 
 @pytest.mark.parametrize("mode", ["names", "letters"])
 def test_cache_transparency(tiny_model_dir, mode):
-    d = Decider.from_dir(tiny_model_dir, threads=2)
+    d = Decider.from_dir(tiny_model_dir, threads=THREADS)
     reqs = [{"model": "m", "state": s, "questions": THREE} for s in STATES[:4]]
     reference = [d.probabilities(r, label_mode=mode, share_prefixes=False, use_cache=False) for r in reqs]
     shared = [d.probabilities(r, label_mode=mode, use_cache=False) for r in reqs]
@@ -149,7 +150,7 @@ def test_cache_transparency(tiny_model_dir, mode):
 
 
 def test_sharing_computes_fewer_tokens(tiny_model_dir):
-    d = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    d = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
     req = {"model": "m", "state": STATES[0], "questions": THREE}
     before = d.engine.stats.tokens_computed
     resp = d.run(req)
@@ -189,7 +190,7 @@ def test_empty_questions_are_refused_before_the_engine(tiny_decider):
 
 def test_root_equal_to_a_cached_checkpoint(tiny_model_dir):
     """A context that ends exactly at a checkpoint stored without its hidden state (regression)."""
-    d = Decider.from_dir(tiny_model_dir, threads=2)
+    d = Decider.from_dir(tiny_model_dir, threads=THREADS)
     req = {"model": "m", "state": STATES[1], "questions": THREE}
     d.run(req)  # stores the head and state-prefix checkpoints
     prefix = compiled(d, req, "names").prefix_ids

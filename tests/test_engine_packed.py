@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from td_invariance import TOL, A, B, C, request, vector
+from td_threads import THREADS
 from test_engine_oracle import STATES, THREE, compiled, oracle_option_probs
 
 from typed_decisions.decider import Decider
@@ -28,8 +29,8 @@ CASES = {
 
 
 def deciders(tiny_model_dir) -> tuple[Decider, Decider]:
-    packed = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
-    unpacked = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0, packed=False)
+    packed = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
+    unpacked = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0, packed=False)
     assert packed.engine.packed and not unpacked.engine.packed, packed.engine.packed_reason
     return packed, unpacked
 
@@ -67,7 +68,7 @@ def test_five_hundred_letter_options(tiny_model_dir, tiny_torch):
 
     req = {"model": "m", "state": "I need p42.", "questions": {
         "p": {"type": "choice", "criteria": {f"p{j}": None for j in range(500)}}}}
-    d = Decider.from_dir(tiny_model_dir, threads=2)
+    d = Decider.from_dir(tiny_model_dir, threads=THREADS)
     got = d.probabilities(req, label_mode="letters")["p"]
     assert d.engine.stats.packed_rows >= 1
 
@@ -124,14 +125,14 @@ def test_requests_under_one_head_pack_three_levels_deep(tiny_model_dir, tiny_tor
 def test_a_state_cached_inside_a_block_is_reused_with_equal_answers(tiny_model_dir):
     """The states of a cold two-request call are computed inside one block (with the head); their
     checkpoints still go to the prefix cache, and a later call served from it answers the same."""
-    d = Decider.from_dir(tiny_model_dir, threads=2)
+    d = Decider.from_dir(tiny_model_dir, threads=THREADS)
     first = [vector(r) for r in d.run_many([request(A), request(B)])]
     assert d.engine.stats.packed_rows >= 1
     hits, computed = d.engine.stats.cache_hits, d.engine.stats.tokens_computed
     again = [vector(d.run(request(s))) for s in (A, B)]
     assert d.engine.stats.cache_hits == hits + 2
     computed_alone = d.engine.stats.tokens_computed - computed
-    fresh = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0, packed=False)
+    fresh = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0, packed=False)
     unpacked = [vector(fresh.run(request(s))) for s in (A, B)]
     prefixes = sum(len(compiled(d, request(s), d.label_mode).prefix_ids) for s in (A, B))
     assert computed_alone == fresh.engine.stats.tokens_computed - prefixes  # only suffixes and labels ran
@@ -144,7 +145,7 @@ def test_a_state_cached_inside_a_block_is_reused_with_equal_answers(tiny_model_d
 
 def test_a_small_block_budget_splits_blocks_without_changing_answers(tiny_model_dir):
     packed, unpacked = deciders(tiny_model_dir)
-    tight = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    tight = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
     tight.engine.prefill_chunk = 1 << 20
     tight.engine.max_batch_tokens = 64  # blocks of whole subtrees of <= 64 tokens (a suffix is ~25)
     req = {"model": "m", "state": STATES[2], "questions": MANY}
@@ -161,9 +162,9 @@ def test_long_blocks_run_alone_and_answer_the_same(tiny_model_dir):
     """Blocks of at least ``solo_tokens`` tokens run as their own runs (stacking them would only
     pad them to the longest row); short ones still share runs. Answers do not depend on it."""
     reqs = [request(A), request(B), request(C)]
-    stacked = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    stacked = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
     stacked.engine.solo_tokens = 1 << 30          # every block stacked, as before the rule
-    solo = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    solo = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
     solo.engine.solo_tokens = 8                   # every request's block (state + questions) alone
     a = [vector(r) for r in stacked.run_many(reqs, use_cache=False)]
     b = [vector(r) for r in solo.run_many(reqs, use_cache=False)]
@@ -177,9 +178,9 @@ def test_long_blocks_run_alone_and_answer_the_same(tiny_model_dir):
 def test_int8_packs_by_default_but_not_with_per_tensor_scales(tiny_int8_model_dir, tiny_int8_per_tensor_dir):
     """Per-token INT8 packs (one request per row: tests/test_engine_invariance.py holds its answers
     to 1e-5 in any company); per-tensor scales would span a whole block, so those stay rows."""
-    d = Decider.from_dir(tiny_int8_model_dir, threads=2)
+    d = Decider.from_dir(tiny_int8_model_dir, threads=THREADS)
     assert d.engine.packed, d.engine.packed_reason
     d.run(request(A))
     assert d.engine.stats.packed_rows > 0
-    per_tensor = Decider.from_dir(tiny_int8_per_tensor_dir, threads=2, cpu_check=False)
+    per_tensor = Decider.from_dir(tiny_int8_per_tensor_dir, threads=THREADS, cpu_check=False)
     assert not per_tensor.engine.packed and "per-tensor" in per_tensor.engine.packed_reason

@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from td_threads import THREADS
 
 from typed_decisions.compiler import Compiler
 from typed_decisions.decider import parse_request
@@ -54,8 +55,8 @@ def test_kv_byte_budget_splits_batches_without_changing_answers(tiny_model_dir):
     options = {f"enterprise plan {i}": None for i in range(12)}  # multi-token names: label branches
     req = {"model": "m", "state": "Which plan fits a team of 40?", "questions": {
         "p": {"type": "choice", "criteria": options}}}
-    roomy = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
-    tight = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    roomy = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
+    tight = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
     tight.engine.max_batch_kv_bytes = 1  # every row alone
     a = roomy.probabilities(req)["p"]
     runs_roomy = roomy.engine.stats.runs

@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 
 from typed_decisions.calibration import CalibrationFile, TypeCalibration, calibrate
 from typed_decisions.errors import InvalidRequestError
@@ -172,7 +173,7 @@ def test_calibrate_cli_writes_a_file_the_decider_applies(tiny_model_dir, tiny_de
     req = {"model": "m", "state": ROWS[0]["text"], "questions": {"team": QuestionSpec.model_validate(SPEC).question()}}
     raw = tiny_decider.probabilities(req)["team"]
     cf = tiny_decider.probabilities({**req, "state": "N/A"})["team"]
-    calibrated = Decider(tiny_decider.artifacts, calibration=cal, threads=2).run(req).answers["team"]
+    calibrated = Decider(tiny_decider.artifacts, calibration=cal, threads=THREADS).run(req).answers["team"]
     assert calibrated.calibration and f"T={tc.temperature:g}" in calibrated.calibration
     want = calibrate(raw, tc.temperature, cf)
     assert [calibrated.probabilities["billing"], calibrated.probabilities["tech"]] == pytest.approx(want, abs=1e-6)

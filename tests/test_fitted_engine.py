@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 
 from typed_decisions import presets
 from typed_decisions.decider import parse_request
@@ -127,7 +128,7 @@ def test_a_head_fitted_before_a_re_export_is_refused_after_it(tiny_decider, tiny
     export before them was): another export hash, so the head is refused and told to refit."""
     from typed_decisions.decider import Decider
 
-    other = Decider.from_dir(tiny_bare_dir, threads=2)
+    other = Decider.from_dir(tiny_bare_dir, threads=THREADS)
     assert other.model_key == tiny_decider.model_key and other.export_sha256 != tiny_decider.export_sha256
     with pytest.raises(InvalidRequestError, match="another export.*refit on this export"):
         other.run_many([_request(other)], heads=[{"team": head}])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from td_invariance import TOL
+from td_threads import THREADS
 
 from benchmarks.workloads import queue_choice
 from typed_decisions.decider import Decider, parse_request
@@ -51,7 +52,7 @@ def ort_path_oracle(d: Decider, prompt: list[int], paths, owners, n_options: int
 
 @pytest.mark.parametrize("n,mode", [(26, "names"), (70, "letters")])
 def test_many_options_equal_one_plain_forward_per_label_path(tiny_model_dir, n, mode):
-    d = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    d = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
     body = queue_choice(n)
     comp = d.compiler.compile(parse_request(body), label_mode=mode)
     (q,) = comp.questions
@@ -67,7 +68,7 @@ def test_many_options_equal_one_plain_forward_per_label_path(tiny_model_dir, n, 
 def test_a_listing_over_the_prefill_chunk_answers_as_the_oracle(tiny_model_dir):
     """The listing prefilled in chunks (as 128 and 255 options are at the default 2,048), then the
     label branches after it: the same answer as the plain-forward oracle."""
-    d = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    d = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
     d.engine.prefill_chunk = 128
     body = queue_choice(26)
     comp = d.compiler.compile(parse_request(body), label_mode="names")

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from td_live import live_server
+from td_threads import THREADS
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 openai = pytest.importorskip("openai", reason="pip install 'typed-decisions-runtime[test]'")
@@ -25,7 +26,7 @@ def default_url():
     from typed_decisions.errors import ArtifactError, ModelNotFoundError
 
     try:
-        decider = Decider.load("default", threads=2)
+        decider = Decider.load("default", threads=THREADS)
     except (ArtifactError, ModelNotFoundError) as e:
         pytest.skip(f"the default model's export is not in the cache: {e}")
     with live_server(decider, api_keys={"sk-test": "tests"}) as url:

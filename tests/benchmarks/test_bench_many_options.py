@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 
 from benchmarks.harness import problems, read_results
 from benchmarks.workloads import queue_choice
@@ -19,7 +20,7 @@ def test_the_steps_answer_as_the_decider(tiny_model_dir, mode):
     from benchmarks.many_options import PHASES, answer_in_phases
     from typed_decisions.decider import Decider
 
-    d = Decider.from_dir(tiny_model_dir, threads=2, cache_bytes=0)
+    d = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
     body = queue_choice(26)
     p, info = answer_in_phases(d, body, mode)
     np.testing.assert_array_equal(p, d.probabilities(body, label_mode=mode, use_cache=False)["queue"])

@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+from td_threads import THREADS
 
 from typed_decisions_export import QuantizationError, export_model, quantize_export
 
@@ -62,5 +63,5 @@ def test_default_model_int8_within_threshold(default_export, tmp_path):
 
     from typed_decisions.decider import Decider
 
-    dev = deviations(Decider.from_dir(tmp_path / "int8", threads=2))
+    dev = deviations(Decider.from_dir(tmp_path / "int8", threads=THREADS))
     assert max(dev.values()) <= TOL, dev

@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 
 import typed_decisions_export.int8.pipeline as pipeline_mod
 from typed_decisions_export.int8.options import SMOOTH_DEFAULT
@@ -85,7 +86,7 @@ def test_int8_runs_the_graph_whose_kernel_is_exact_on_the_cpu(smollm2_int8, monk
 
     out, manifest = smollm2_int8
     q = manifest["quantization"]
-    native = Decider.from_dir(out, threads=2)
+    native = Decider.from_dir(out, threads=THREADS)
     here = cpu_class()
     assert native.engine.backbone.onnx_path.name == ("model.int8.onnx" if here in quantized.EXACT_CLASSES else "model.int8.u8u8.onnx")
     if here not in quantized.EXACT_CLASSES:
@@ -93,7 +94,7 @@ def test_int8_runs_the_graph_whose_kernel_is_exact_on_the_cpu(smollm2_int8, monk
         return
     assert q["graphs_agree"]["graph"] == "model.int8.u8u8.onnx" and q["graphs_agree"]["max_abs_prob"] <= 1e-5
     monkeypatch.setattr(quantized, "cpu_class", lambda: "avx2")  # what an AVX2 machine loads
-    avx2 = Decider.from_dir(out, threads=2)
+    avx2 = Decider.from_dir(out, threads=THREADS)
     assert avx2.engine.backbone.onnx_path.name == "model.int8.u8u8.onnx"
     assert avx2.engine.cpu_check["cpu"] == "avx2" and avx2.engine.cpu_check["max_abs_prob"] <= 1e-5
     request = {"model": "tiny", "state": "The invoice was paid twice; please refund one.", "questions": {
@@ -129,7 +130,7 @@ def test_8_bit_weights_without_a_u8u8_graph_are_refused_without_vnni(smollm2_int
 
     monkeypatch.setattr(backbone.ort, "InferenceSession", never)  # refused before any graph is loaded
     with pytest.raises(EngineError, match="no u8\\*u8 graph"):
-        Decider.from_dir(dst, threads=2)
+        Decider.from_dir(dst, threads=THREADS)
 
 
 def test_drift_above_threshold_is_refused(tiny_exports, tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ import shutil
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 from tiny_models import ARCHES, CHATML
 
 import typed_decisions_export
@@ -252,16 +253,16 @@ def test_engine_tree_blocks_match_transformers(tiny_exports, tiny_folders, arch)
     tails = [[50], [50, 51], [50, 51, 52], [50, 53], [60, 61], [60, 62, 63, 64], [70]]
     contexts = [prefix + t for t in tails]
     allowed = [[5, 6, 7, 100, 200]] * len(contexts)
-    engine = Engine(art, threads=2, cache_bytes=0)
+    engine = Engine(art, threads=THREADS, cache_bytes=0)
     assert engine.packed == (not sliding), engine.packed_reason
     got = engine.next_token_logits(contexts, allowed, cache_points=[len(prefix)])
     if sliding:
         assert "2-D" in engine.packed_reason and engine.stats.packed_rows == 0
         with pytest.raises(EngineError, match="packed=True: the graph's attention_mask is 2-D"):
-            Engine(art, threads=2, packed=True)
+            Engine(art, threads=THREADS, packed=True)
     else:
         assert engine.stats.packed_rows == 1 and engine.stats.runs == 1  # the whole tree in one block
-    rows = Engine(art, threads=2, cache_bytes=0, packed=False).next_token_logits(contexts, allowed)
+    rows = Engine(art, threads=THREADS, cache_bytes=0, packed=False).next_token_logits(contexts, allowed)
     model = AutoModelForCausalLM.from_pretrained(tiny_folders[arch], dtype=torch.float32).eval()
 
     def soft(z):
