@@ -11,6 +11,7 @@ from td_threads import THREADS
 from td_int8 import MARKER as INT8_MARKER
 
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))  # torch (the oracles) keeps to this worker's share too
+os.environ.setdefault("TYPED_DECISIONS_THREADS", str(THREADS))  # and every engine it starts (cpu.engine_threads)
 from td_int8 import Guard as Int8Guard
 from td_optional import fast_tier
 

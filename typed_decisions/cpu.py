@@ -98,6 +98,31 @@ def describe() -> dict[str, object]:
     return found
 
 
+THREADS_ENV = "TYPED_DECISIONS_THREADS"
+
+
+def engine_threads(threads: int | None = None) -> int:
+    """ONNX Runtime intra-op threads for an engine: ``threads`` if given, else the environment's
+    ``TYPED_DECISIONS_THREADS`` (for every engine a process starts, e.g. several test or serving
+    processes sharing the cores), else every usable core (``usable_cores``).
+
+    >>> engine_threads(3)
+    3
+    """
+    if threads:
+        return threads
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            raise ValueError(f"{THREADS_ENV}={raw!r}: a whole number of threads >= 1") from None
+        if n < 1:
+            raise ValueError(f"{THREADS_ENV}={raw!r}: a whole number of threads >= 1")
+        return n
+    return usable_cores()
+
+
 def usable_cores() -> int:
     """Cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota.
 
@@ -117,4 +142,5 @@ def usable_cores() -> int:
     return max(1, n)
 
 
-__all__ = ["CLASSES", "FORCE_ENV", "cpu_class", "cpu_flags", "cpu_model", "describe", "forced_class", "usable_cores"]
+__all__ = ["CLASSES", "FORCE_ENV", "THREADS_ENV", "cpu_class", "cpu_flags", "cpu_model", "describe", "engine_threads",
+           "forced_class", "usable_cores"]

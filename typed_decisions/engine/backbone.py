@@ -10,7 +10,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..artifacts import Artifacts
-from ..cpu import usable_cores
+from ..cpu import engine_threads
 from ..errors import EngineError
 from .kv import KVRows, empty_rows
 from .tree_block import Block, chain, depths, tree_mask
@@ -25,7 +25,7 @@ class Backbone:
     def __init__(self, artifacts: Artifacts, *, threads: int | None = None,
                  providers: Sequence[str] | None = None):
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or usable_cores()
+        opts.intra_op_num_threads = engine_threads(threads)
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         available = ort.get_available_providers()
