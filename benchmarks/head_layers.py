@@ -65,9 +65,8 @@ def read_set(decider: Decider, cache: FeatureCache, name: str, test_rows: int) -
             "split_prior": np.bincount(gold_all, minlength=len(spec.options)) + 1.0}
 
 
-READOUTS = ("free/last/rows", "free/last/split", "anchored/last/split", "anchored/14/split",
-            "anchored/18/split", "anchored/14+last/split", "anchored/18+last/split", "anchored/18+last/rows",
-            "anchored/14+18+last/split")
+READOUTS = ("free/last/rows", "free/last/split", "anchored/last/split", "anchored/last/rows", "anchored/14/split",
+            "anchored/18/split", "anchored/14+last/split", "anchored/18+last/split", "anchored/14+18+last/split")
 
 
 def parse_readout(name: str) -> tuple[str, list[int | str], str, bool]:
@@ -204,7 +203,8 @@ def main() -> int:
     p.add_argument("--boot", type=int, default=1000)
     p.add_argument("--time-rows", type=int, default=0, help="time this many requests alone, zero-shot vs a head "
                                                             "(--time-readout, on the first set); 0: no timing")
-    p.add_argument("--time-readout", default="anchored/18+last/split")
+    p.add_argument("--time-readout", default="anchored/18+last/split", help="a readout reading a mid layer: what "
+                                                                           "keeping mid-layer states costs")
     p.add_argument("--time-only", action="store_true", help="the timing alone, no learning curves")
     harness.common_args(p, threads=None)
     args = p.parse_args()

@@ -266,9 +266,10 @@ def _skewed(seed=0, n=(14, 6, 4), h=12, signal=1.5):
 @pytest.mark.parametrize("prior", ["rows", "uniform", [1.0, 2.0, 5.0]])
 def test_the_anchored_head_is_the_minimum_of_its_weighted_loss(prior):
     """Oracle: the loss written again in torch (not the solver's own gradient): at the fitted
-    [D, A, b] its autograd gradient vanishes, so it is the unique minimum of the strictly convex
+    [D, A, b] its autograd gradient vanishes (ρ ≠ 1 here, so the two penalties are told apart), so it is the unique minimum of the strictly convex
     loss, weighted by π(y)/f(y) for the prior; and the folded head computes those logits."""
     torch = pytest.importorskip("torch")
+    from typed_decisions.head_anchored import CALIBRATION_RHO
     from typed_decisions.head_regression import design
 
     hidden, probs, y = _skewed()
@@ -289,7 +290,8 @@ def test_the_anchored_head_is_the_minimum_of_its_weighted_loss(prior):
     lp, xs = torch.tensor(x[:, :c]), torch.tensor(x[:, c:])
     logits = lp + lp @ d.T + xs @ a.T + b
     ce = torch.nn.functional.cross_entropy(logits, torch.tensor(y), reduction="none")
-    loss = (w * ce).sum() / w.sum() + lam / 2 * ((d ** 2).sum() + (a ** 2).sum() + (b ** 2).sum())
+    rho = CALIBRATION_RHO  # the calibration part (D, b) is held back by rho * lam
+    loss = (w * ce).sum() / w.sum() + lam / 2 * ((a ** 2).sum() + rho * ((d ** 2).sum() + (b ** 2).sum()))
     loss.backward()
     grad = max(float(t.grad.abs().max()) for t in (d, a, b))
     assert grad < 1e-6

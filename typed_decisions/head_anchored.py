@@ -6,10 +6,13 @@ zero-shot reading already knew. The anchored head starts from the zero-shot read
 only as far as the rows justify (L2-SP, Li et al. 2018):
 
     logits  = lp + D lp + A x + b             lp = clip(log p), x = z Vᵀ; D (C, C), A (C, d), b (C,)
-    loss    = Σᵢ wᵢ CE(softmax(logitsᵢ), yᵢ) / Σᵢ wᵢ + λ/2 (‖D‖² + ‖A‖² + ‖b‖²)
+    loss    = Σᵢ wᵢ CE(softmax(logitsᵢ), yᵢ) / Σᵢ wᵢ + λ/2 (‖A‖² + ρ (‖D‖² + ‖b‖²))
     wᵢ      = π(yᵢ) / f(yᵢ)                   π the task's class frequencies (``prior``), f the rows'
 
-so D = A = b = 0 — the head *is* the zero-shot reading — is where a large λ holds it. λ is chosen
+so D = A = b = 0 — the head *is* the zero-shot reading — is where a large λ holds it. The
+calibration part (D, b: C² + C numbers that a handful of rows pin down, e.g. a zero-shot reading
+that leans to one option) is held back less than the C·d weights on the hidden state: ρ =
+CALIBRATION_RHO = 0.01 (chosen on the dev bench: docs/evaluation.md, "Fitted heads"). λ is chosen
 among ANCHOR_GRID by the weighted held-out log-loss of stratified k-fold CV, and "no change" (λ = ∞,
 the zero-shot reading's own held-out log-loss) is a candidate too: with rows that say nothing the
 head stays exactly zero-shot. The weights make the loss the expected log-loss under the task's
@@ -31,7 +34,9 @@ from .head_design import HeadFit, design, fit_temperature, paired_interval, skle
 
 __all__ = ["ANCHOR_GRID", "fit_anchored", "row_weights"]
 
-ANCHOR_GRID = tuple(float(c) for c in np.logspace(-4, 1, 6))  # the strengths λ tried (and λ = ∞: no change)
+ANCHOR_GRID = tuple(float(c) for c in np.logspace(-4, 3, 8))  # the strengths λ tried (and λ = ∞: no change)
+CALIBRATION_RHO = 0.01  # the calibration part (D, b: C² + C numbers) is held back by ρλ, the hidden part (A) by λ
+ONE_SE = False         # choose λ by the one-standard-error rule (``choose``)
 
 
 def row_weights(gold: np.ndarray, n_classes: int, prior: str | Sequence[float]) -> np.ndarray:
@@ -57,11 +62,17 @@ def row_weights(gold: np.ndarray, n_classes: int, prior: str | Sequence[float]) 
     return w / w.mean()
 
 
-def _anchored_loss(theta: np.ndarray, lp: np.ndarray, x: np.ndarray, y: np.ndarray, w: np.ndarray,
-                   lam: float) -> tuple[float, np.ndarray]:
-    """The anchored loss of the module docstring and its gradient, θ = [D, A, b] flattened:
+def _penalty_scale(c: int, d: int, rho: float) -> np.ndarray:
+    """Per parameter of θ = [D, A, b]: ρ for the calibration part (D, b), 1 for the hidden part (A)."""
+    return np.concatenate([np.full(c * c, rho), np.ones(c * d), np.full(c, rho)])
 
-        G = diag(w) (softmax(logits) − onehot(y)) / Σw        ∂/∂D = Gᵀ lp + λD,  ∂/∂A = Gᵀ x + λA,  ∂/∂b = Σᵢ Gᵢ + λb
+
+def _anchored_loss(theta: np.ndarray, lp: np.ndarray, x: np.ndarray, y: np.ndarray, w: np.ndarray,
+                   lam: float, scale: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """The anchored loss of the module docstring and its gradient, θ = [D, A, b] flattened, ``scale``
+    the penalty's weight per parameter (``_penalty_scale``: ρ for D and b, 1 for A; default all 1):
+
+        G = diag(w) (softmax(logits) − onehot(y)) / Σw       ∂/∂D = Gᵀ lp + ρλD,  ∂/∂A = Gᵀ x + λA,  ∂/∂b = Σᵢ Gᵢ + ρλb
     """
     n, c = lp.shape
     d = x.shape[1]
@@ -70,22 +81,24 @@ def _anchored_loss(theta: np.ndarray, lp: np.ndarray, x: np.ndarray, y: np.ndarr
     z = z - z.max(axis=1, keepdims=True)
     log_norm = np.log(np.exp(z).sum(axis=1))
     wn = w / w.sum()
-    loss = float(np.sum(wn * (log_norm - z[np.arange(n), y]))) + 0.5 * lam * float(theta @ theta)
+    s = np.ones_like(theta) if scale is None else scale
+    loss = float(np.sum(wn * (log_norm - z[np.arange(n), y]))) + 0.5 * lam * float(theta @ (s * theta))
     g = np.exp(z - log_norm[:, None])
     g[np.arange(n), y] -= 1.0
     g *= wn[:, None]
-    grad = np.concatenate([(g.T @ lp).ravel(), (g.T @ x).ravel(), g.sum(axis=0)]) + lam * theta
+    grad = np.concatenate([(g.T @ lp).ravel(), (g.T @ x).ravel(), g.sum(axis=0)]) + lam * s * theta
     return loss, grad
 
 
 def _anchored(lp: np.ndarray, x: np.ndarray, y: np.ndarray, w: np.ndarray, lam: float, tol: float,
-              start: np.ndarray | None = None) -> np.ndarray:
+              start: np.ndarray | None = None, rho: float = 1.0) -> np.ndarray:
     """θ minimising ``_anchored_loss`` (L-BFGS from ``start``, else from 0: the zero-shot reading)."""
     from scipy.optimize import minimize
 
     c, d = lp.shape[1], x.shape[1]
     theta0 = np.zeros(c * c + c * d + c) if start is None else start
-    res = minimize(_anchored_loss, theta0, args=(lp, x, y, w, lam), jac=True, method="L-BFGS-B",
+    res = minimize(_anchored_loss, theta0, args=(lp, x, y, w, lam, _penalty_scale(c, d, rho)), jac=True,
+                   method="L-BFGS-B",
                    options={"maxiter": 20000, "gtol": tol, "ftol": 1e-15})
     return res.x
 
@@ -112,9 +125,38 @@ def _splits(x: np.ndarray, y: np.ndarray, groups: Sequence[int] | None, k: int, 
     return list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(x, y))
 
 
+def _weighted_row_losses(probs: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return -w * np.log(np.clip(probs[np.arange(y.size), y], 1e-300, None)) / w.mean()
+
+
+def choose(losses: list[np.ndarray], one_se: bool) -> int:
+    """Which candidate (ordered from the most to the least held back, "no change" first) the CV
+    picks from each one's per-row held-out losses: the least mean loss, or with ``one_se`` the
+    first candidate whose mean is within one standard error of the best's, paired on the rows
+    (the one-standard-error rule: move only as far as the rows clearly justify).
+
+    >>> choose([np.array([1.0, 1.0, 1.0]), np.array([0.9, 1.1, 0.95])], one_se=True)
+    0
+    >>> choose([np.array([1.0, 1.0, 1.0]), np.array([0.5, 0.6, 0.55])], one_se=True)
+    1
+    """
+    means = [float(l.mean()) for l in losses]
+    best = int(np.argmin(means))
+    if not one_se:
+        return best
+    for i, l in enumerate(losses[: best + 1]):
+        diff = l - losses[best]
+        se = float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else 0.0
+        if diff.mean() <= se:
+            return i
+    return best
+
+
 def fit_anchored(h: np.ndarray, p: np.ndarray, y: np.ndarray, *, components: int, prior: str | Sequence[float],
                   folds: int, grid: Sequence[float], groups: Sequence[int] | None, seed: int, tol: float,
-                  calibrate: str, t0: float) -> HeadFit:
+                  calibrate: str, t0: float, rho: float | None = None, one_se: bool | None = None) -> HeadFit:
+    rho = CALIBRATION_RHO if rho is None else rho
+    one_se = ONE_SE if one_se is None else one_se
     n, n_classes = p.shape
     mean, scale, v, design_x = design(h, p, components)
     lp, x = design_x[:, :n_classes], design_x[:, n_classes:]
@@ -131,15 +173,17 @@ def fit_anchored(h: np.ndarray, p: np.ndarray, y: np.ndarray, *, components: int
         for _, test in splits:
             seen[test] = True
         zero_nll = _weighted_log_loss(zero_p[seen], y[seen], w[seen])
-        candidates = [(zero_nll, float("inf"), zero_p)]   # "no change" first: it wins ties
+        candidates = [(float("inf"), zero_p)]   # "no change" first, then strong to weak
         starts: dict[int, np.ndarray] = {}
-        for c in sorted(grid, reverse=True):                # strong to weak, each fold warm-started
+        for c in sorted(grid, reverse=True):   # each fold warm-started from the stronger λ's solution
             held = np.zeros((n, n_classes))
             for f, (train, test) in enumerate(splits):
-                starts[f] = _anchored(lp[train], x[train], y[train], w[train], c, tol, starts.get(f))
+                starts[f] = _anchored(lp[train], x[train], y[train], w[train], c, tol, starts.get(f), rho)
                 held[test] = _softmax_rows(_anchored_logits(starts[f], lp[test], x[test]))
-            candidates.append((_weighted_log_loss(held[seen], y[seen], w[seen]), float(c), held))
-        cv_nll, lam, held = min(candidates, key=lambda r: (r[0], -r[1]))
+            candidates.append((float(c), held))
+        pick = choose([_weighted_row_losses(held[seen], y[seen], w[seen]) for _, held in candidates], one_se)
+        lam, held = candidates[pick]
+        cv_nll = _weighted_log_loss(held[seen], y[seen], w[seen])
         held_p, held_y = held[seen], y[seen]
         hit = held_p.argmax(1) == held_y
         cv_acc = float(np.sum(w[seen] * hit) / np.sum(w[seen]))
@@ -151,7 +195,7 @@ def fit_anchored(h: np.ndarray, p: np.ndarray, y: np.ndarray, *, components: int
     if np.isinf(lam):
         theta = np.zeros(n_classes * n_classes + n_classes * x.shape[1] + n_classes)
     else:
-        theta = _anchored(lp, x, y, w, lam, tol)
+        theta = _anchored(lp, x, y, w, lam, tol, rho=rho)
     c2, d = n_classes * n_classes, n_classes * x.shape[1]
     dm, a, b = theta[:c2].reshape(n_classes, n_classes), theta[c2 : c2 + d].reshape(n_classes, -1), theta[c2 + d :]
     weights = np.concatenate([np.eye(n_classes) + dm, a @ v], axis=1)      # (C, C + H)

@@ -197,6 +197,10 @@ def main_fit(argv: list[str]) -> int:
                   "reading (few rows per option, or rows the zero-shot reading already answers, cannot); score it "
                   "on rows it was not fitted on (--split calibration --test-limit N: the rest of the file; or "
                   "eval --preset) before serving it, or give more rows (docs/evaluation.md, 'Fitted heads')")
+    counts = list(f.rows_per_class.values())
+    if args.prior == "rows" and len(set(counts)) == 1:
+        print(f"  note: the rows hold every option equally often ({counts[0]} each), and --prior rows takes that as "
+              "how often the answers occur; if they occur otherwise, give --prior with their frequencies")
     if args.test_limit:
         _, test_rows, _ = question_rows(args, "test", args.test_limit)
         rep = score_head(decider, head, spec, test_rows, examples=examples, n_bins=args.bins)
