@@ -35,7 +35,16 @@ STATE = "my card got charged two times for one order"
 
 @pytest.fixture(scope="module")
 def head(tiny_decider):
-    return tiny_decider.fit(TEAM, ROWS, components=16)
+    """A head reading a mid layer and the last hidden state (layers="auto"), so every path below
+    carries the mid-layer states too; the default reads the last alone."""
+    return tiny_decider.fit(TEAM, ROWS, components=16, layers="auto")
+
+
+def test_the_default_head_reads_the_last_hidden_state_alone(tiny_decider, head):
+    default = tiny_decider.fit(TEAM, ROWS, components=16)
+    assert default.layers == ["last"] and default.hidden_size * 2 == head.hidden_size
+    (r,) = tiny_decider.run_many([_request(tiny_decider)], heads=[{"team": default}])
+    assert r.answers["team"].calibration.startswith(f"fitted head {default.id}")
 
 
 def _request(decider, state=STATE, question=TEAM):
@@ -43,8 +52,8 @@ def _request(decider, state=STATE, question=TEAM):
 
 
 def test_the_head_reads_the_engine_s_hidden_state_at_the_answer_position(tiny_decider, head):
-    """By default the head reads the deepest mid layer the export outputs and the last hidden
-    state, at the answer position of the canonical reading: oracle, the engine on that context alone."""
+    """With layers="auto" the head reads the deepest mid layer the export outputs and the last
+    hidden state, at the answer position of the canonical reading: oracle, the engine on that context alone."""
     from typed_decisions.heads import stack_states
 
     layer_ids = tiny_decider.engine.hidden_layers
@@ -321,7 +330,7 @@ def test_fit_refuses_a_head_its_cv_finds_behind_zero_shot_unless_forced(tiny_mod
             "--components", "16"]
     assert main(args) == 1 and not out.exists()
     captured = capsys.readouterr()
-    assert re.search(r"reading 15 rows: about \d+\.\d min \(\d+\.\d\d s for the first read\)", captured.out)
+    assert re.search(r"reading 15 rows: about \d+\.\d min \(\d+\.\d\d s a read\)", captured.out)
     assert "behind the zero-shot reading on its own held-out rows (accuracy -0.200" in captured.err
     assert "nothing written" in captured.err and "--force" in captured.err
     assert main(args + ["--force", "-q"]) == 0 and out.exists()

@@ -185,10 +185,11 @@ def features(decider: Decider, question: Question | Mapping[str, Any], rows: Seq
 
 
 def resolve_layers(available: Sequence[int], layers: str | Sequence[int | str] = "auto") -> list[int | str]:
-    """The states a head reads (``FittedHead.layers``): "auto" — the export's deepest mid layer (the
-    graph builder's default outputs are n/2 and 2n/3 of n layers) and the last, or the last alone
-    for an export without mid layers; "last"; or a list of layer counts and "last" (each mid
-    layer must be among ``available``, the export's).
+    """The states a head reads (``FittedHead.layers``): "last" (``fit``'s default: on the dev bench
+    the last hidden state alone measured best at 8 rows per option, docs/evaluation.md "Fitted
+    heads"); "auto" — the export's deepest mid layer (the graph builder's default outputs are n/2
+    and 2n/3 of n layers) and the last, or the last alone for an export without mid layers; or a
+    list of layer counts and "last" (each mid layer must be among ``available``, the export's).
 
     >>> resolve_layers((14, 18)), resolve_layers(()), resolve_layers((14, 18), [18, "last"])
     ([18, 'last'], ['last'], [18, 'last'])
@@ -217,7 +218,7 @@ def stack_states(last: np.ndarray, mids: np.ndarray | None, layer_ids: Sequence[
 def fit(decider: Decider, question: Question | Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *,
         rotations: int | None = None, label_mode: LabelMode | None = None, debias: Debias | None = None,
         examples: Sequence[Example | Mapping[str, Any]] | None = None, components: int = 256,
-        layers: str | Sequence[int | str] = "auto", method: str = "anchored", class_weight: str = "balanced",
+        layers: str | Sequence[int | str] = "last", method: str = "anchored", class_weight: str = "balanced",
         prior: str | Sequence[float] = "rows", folds: int = 5, batch: int = 16,
         calibrate: str = "none", progress: bool = False, command: str = "") -> FittedHead:
     """Fit a head for ``question`` on labelled ``rows`` ``{"state", "answer", "instructions"?}``

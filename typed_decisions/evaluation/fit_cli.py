@@ -123,9 +123,9 @@ def main_fit(argv: list[str]) -> int:
     p.add_argument("--rotations", type=int, default=None,
                    help="with --debias none: read each choice row under R cyclic option orders (default: every "
                         "rotation, at most 8)")
-    p.add_argument("--layers", default="auto",
-                   help="the states the head reads: auto (the export's deepest mid layer and the last; the last "
-                        "alone without mid layers), last, or layer counts and 'last', comma-separated (e.g. 14,last)")
+    p.add_argument("--layers", default="last",
+                   help="the states the head reads: last (default), auto (the export's deepest mid layer and the "
+                        "last), or layer counts and 'last', comma-separated (e.g. 18,last)")
     p.add_argument("--method", choices=["anchored", "free"], default="anchored",
                    help="anchored (default): start from the zero-shot reading, move as far as the rows justify; "
                         "free: a regression from scratch")
@@ -217,8 +217,9 @@ def main_fit(argv: list[str]) -> int:
 def expected_time(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[str, Any]], *,
                   debias: str | None, rotations: int | None,
                   examples: Sequence[Mapping[str, Any]] | None = None) -> str:
-    """"reading N rows × R orders: about T" — the reads ``fit`` will make, timed by one read of the
-    first row (its prompt is then in the prefix cache, so the fit's own read of it costs little)."""
+    """"reading N rows × R orders: about T" — the reads ``fit`` will make, timed by a read of the
+    second row after one of the first (which warms the engine up); both prompts are then in the
+    prefix cache, so the fit's own reads of them cost little."""
     import time
 
     from ..debias import rotation_shifts
@@ -226,11 +227,12 @@ def expected_time(decider: Decider, spec: QuestionSpec, rows: Sequence[Mapping[s
     n_orders = 1
     if spec.type == "choice" and (debias or "canonical") != "canonical":
         n_orders = rotations or len(rotation_shifts(len(spec.options)))
-    first = head_rows(spec, rows[:1])
+    how = {"debias": debias or ("canonical" if spec.type == "choice" else None), "examples": examples}
+    first, second = head_rows(spec, rows[:1]), head_rows(spec, rows[1:2])
+    decider.features(spec.question(), first, **how)
     t0 = time.perf_counter()
-    decider.features(spec.question(), first, debias=debias or ("canonical" if spec.type == "choice" else None),
-                     examples=examples)
+    decider.features(spec.question(), second or first, **how)
     per_read = time.perf_counter() - t0
     total = per_read * len(rows) * n_orders
     orders = f" × {n_orders} option orders" if n_orders > 1 else ""
-    return f"reading {len(rows)} rows{orders}: about {total / 60:.1f} min ({per_read:.2f} s for the first read)"
+    return f"reading {len(rows)} rows{orders}: about {total / 60:.1f} min ({per_read:.2f} s a read)"
