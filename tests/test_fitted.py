@@ -339,8 +339,9 @@ def test_a_head_behind_the_zero_shot_reading_by_its_own_cv_is_flagged():
 
     base = dict(mean=np.zeros(1), scale=np.ones(1), weights=np.zeros((2, 3)), bias=np.zeros(2), components=1,
                 l2=1.0, folds=5, temperature=1.0, cv_accuracy=0.5, cv_nll=0.6, zero_shot_accuracy=0.6, seconds=0.0)
-    assert HeadFit(**base, cv_gain=(-0.1, -0.3, 0.1), zero_shot_cv_nll=0.7).worse_than_zero_shot
+    assert HeadFit(**base, cv_gain=(-0.2, -0.35, -0.05), zero_shot_cv_nll=0.7).worse_than_zero_shot  # fewer right
     assert HeadFit(**base, cv_gain=(0.0, -0.1, 0.1), zero_shot_cv_nll=0.5).worse_than_zero_shot  # log-loss behind
+    assert not HeadFit(**base, cv_gain=(-0.1, -0.3, 0.1), zero_shot_cv_nll=0.7).worse_than_zero_shot  # within noise
     assert not HeadFit(**base, cv_gain=(0.1, -0.1, 0.3), zero_shot_cv_nll=0.7).worse_than_zero_shot
     assert not HeadFit(**base, cv_gain=None).worse_than_zero_shot
 

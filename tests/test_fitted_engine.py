@@ -308,7 +308,7 @@ def test_a_head_fitted_under_canonical_order_answers_every_listing_alike(tiny_de
 def test_fit_refuses_a_head_its_cv_finds_behind_zero_shot_unless_forced(tiny_model_dir, tmp_path, capsys,
                                                                         monkeypatch):
     """The fit is real; its report is then made to say what a losing fit says (held-out accuracy
-    below zero-shot), since rows that reliably make the anchored head lose do not exist: the CLI
+    below zero-shot beyond its interval), since rows that reliably make the anchored head lose do not exist: the CLI
     writes nothing and says why, and with --force writes it and warns. Without -q it prints the
     reads it expects and their time before reading."""
     from typed_decisions.cli import main
@@ -318,7 +318,7 @@ def test_fit_refuses_a_head_its_cv_finds_behind_zero_shot_unless_forced(tiny_mod
 
     def losing(*args, **kwargs):
         head = real(*args, **kwargs)
-        return head.model_copy(update={"fitted": head.fitted.model_copy(update={"cv_gain": [-0.2, -0.4, 0.0]})})
+        return head.model_copy(update={"fitted": head.fitted.model_copy(update={"cv_gain": [-0.2, -0.4, -0.05]})})
 
     monkeypatch.setattr(fit_cli, "fit_spec", losing)
     rows = tmp_path / "tickets.jsonl"

@@ -78,15 +78,18 @@ Array = Annotated[np.ndarray, PlainValidator(decode_array), PlainSerializer(enco
 
 def behind_zero_shot(cv_gain: Sequence[float] | None, cv_nll: float | None, zero_shot_cv_nll: float | None) -> bool:
     """Whether a head's own cross-validation finds it behind the zero-shot reading on the rows'
-    held-out answers: lower accuracy (the paired gain's mean below 0) or higher log-loss. False
-    without CV (nothing measured).
+    held-out answers: a higher log-loss (what the fit minimises), or fewer right answers beyond the
+    paired interval (its upper end below 0). A row or two fewer right with a better log-loss is
+    not behind. False without CV (nothing measured).
 
-    >>> behind_zero_shot([-0.02, -0.1, 0.05], 0.5, 0.6), behind_zero_shot([0.0, -0.1, 0.1], 0.7, 0.6)
+    >>> behind_zero_shot([-0.2, -0.3, -0.05], 0.5, 0.6), behind_zero_shot([0.0, -0.1, 0.1], 0.7, 0.6)
     (True, True)
+    >>> behind_zero_shot([-0.033, -0.1, 0.0], 0.07, 0.27)
+    False
     """
     if cv_gain is None:
         return False
-    return cv_gain[0] < 0 or (cv_nll is not None and zero_shot_cv_nll is not None and cv_nll > zero_shot_cv_nll + 1e-12)
+    return cv_gain[2] < 0 or (cv_nll is not None and zero_shot_cv_nll is not None and cv_nll > zero_shot_cv_nll + 1e-12)
 
 
 def head_features(hidden: np.ndarray, log_probs: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

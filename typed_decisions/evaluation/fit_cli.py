@@ -182,9 +182,12 @@ def main_fit(argv: list[str]) -> int:
     behind = f.behind_zero_shot
     if f.cv_gain is not None:
         gain, low, high = f.cv_gain
-        print(f"  head − zero-shot, held out: {gain:+.3f} [{low:+.3f}, {high:+.3f}] (paired, 95 %, {f.rows} rows)")
+        nll = "" if f.cv_nll is None or f.zero_shot_cv_nll is None else \
+            f"; log-loss {f.cv_nll:.3f} (zero-shot {f.zero_shot_cv_nll:.3f})"
+        print(f"  head − zero-shot, held out: {gain:+.3f} [{low:+.3f}, {high:+.3f}] (paired, 95 %, {f.rows} rows){nll}")
         if behind and not args.force:
-            print(f"error: the head is behind the zero-shot reading on its own held-out rows (accuracy {gain:+.3f}, "
+            print(f"error: the head is behind the zero-shot reading on its own held-out rows (accuracy {gain:+.3f} "
+                  f"[{low:+.3f}, {high:+.3f}], "
                   f"log-loss {f.cv_nll:.3f} vs {f.zero_shot_cv_nll if f.zero_shot_cv_nll is None else round(f.zero_shot_cv_nll, 3)}); "
                   f"nothing written. Serve the zero-shot reading, give more rows, or --force to write it anyway",
                   file=sys.stderr)
