@@ -164,7 +164,7 @@ class Decider:
         per_request = list(heads) if heads is not None else [None] * len(parsed)
         if len(per_request) != len(parsed):
             raise ValueError(f"heads: one entry per request ({len(parsed)}), got {len(per_request)}")
-        settings = [self.settings(r, label_mode=label_mode, debias=debias or _heads_debias(hs))
+        settings = [self.settings(r, label_mode=label_mode, debias=debias or heads_.heads_debias(hs))
                     for r, hs in zip(parsed, per_request)]
         for req, hs, s in zip(parsed, per_request, settings):
             self.check_heads(req, hs or {}, settings=s)
@@ -172,7 +172,7 @@ class Decider:
         wants = [bool(r.include and "label_mass" in r.include) for r in parsed]
         readouts = self.read(compiled, share_prefixes=share_prefixes, use_cache=use_cache, label_mass=wants,
                              hidden=[any(isinstance(h, FittedHead) for h in (hs or {}).values()) for hs in per_request],
-                             layers=any(_reads_mid_layers(hs) for hs in per_request))
+                             layers=any(heads_.reads_mid_layers(hs) for hs in per_request))
         out = []
         for req, s, comp, reads, hs in zip(parsed, settings, compiled, readouts, per_request):
             cf = content_free_probabilities(req, s, self.content_free, self._probabilities) or {}
@@ -214,13 +214,13 @@ class Decider:
         t0 = time.perf_counter()
         req = parse_request(request)
         heads = heads or {}
-        s = self.settings(req, label_mode=label_mode, debias=debias or _heads_debias(heads))
+        s = self.settings(req, label_mode=label_mode, debias=debias or heads_.heads_debias(heads))
         self.check_heads(req, heads, settings=s)
         comp = self.compiler.compile(req, settings=s)
         before = self.engine.stats.tokens_computed
         (reads,) = self.read([comp], share_prefixes=True, use_cache=True, label_mass=[True],
                              hidden=[any(isinstance(h, FittedHead) for h in heads.values())],
-                             layers=_reads_mid_layers(heads))
+                             layers=heads_.reads_mid_layers(heads))
         computed = self.engine.stats.tokens_computed - before  # this call's (other threads may add)
         cf = content_free_probabilities(req, s, self.content_free, self._probabilities) or {}
         questions: dict[str, QuestionExplanation] = {}
@@ -307,17 +307,3 @@ class Decider:
 
 
 __all__ = ["Decider", "Readout", "ReadoutPlan", "fitted_probabilities", "parse_request", "plan_readout"]  # planning: readout_plan.py
-
-
-def _reads_mid_layers(heads: Mapping[str, QuestionHead] | None) -> bool:
-    """Whether a fitted head among ``heads`` reads a mid-layer state (the engine keeps them then)."""
-    return any(isinstance(h, FittedHead) and h.mid_layers for h in (heads or {}).values())
-
-
-def _heads_debias(heads: Mapping[str, QuestionHead] | None) -> Debias | None:
-    """The debias the fitted heads among ``heads`` were fitted under, when they agree: a request
-    that sets none of its own is read that way (``fit`` reads choice rows canonically), so the
-    head answers the question as it learned it. None: no fitted head, or heads that disagree
-    (``check_heads`` then names the one that cannot answer)."""
-    modes = {h.debias for h in (heads or {}).values() if isinstance(h, FittedHead)}
-    return modes.pop() if len(modes) == 1 else None

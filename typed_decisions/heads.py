@@ -33,8 +33,8 @@ from .settings import Settings
 if TYPE_CHECKING:
     from .answers import QuestionHead
 
-__all__ = ["PROMPT_INSTRUCTIONS", "PROMPT_STATE", "Decider", "check_heads", "features",
-           "fit", "prompt_sha256", "resolve_layers", "row_answer", "stack_states"]
+__all__ = ["PROMPT_INSTRUCTIONS", "PROMPT_STATE", "Decider", "check_heads", "features", "fit", "heads_debias",
+           "prompt_sha256", "reads_mid_layers", "resolve_layers", "row_answer", "stack_states"]
 
 PROMPT_STATE = "<state>"  # the placeholder state a prompt's identity is compiled with (prompt_sha256)
 PROMPT_INSTRUCTIONS = "<instructions>"  # and the placeholder question text of a head fitted on rows' own texts
@@ -287,3 +287,17 @@ def fit(decider: Decider, question: Question | Mapping[str, Any], rows: Sequence
                                  for row in rows]),
         labels=resolve_label_mode(q.type, s.label_mode), debias=s.debias, wording=s.wording, layers=which,
         mean=result.mean, scale=result.scale, weights=result.weights, bias=result.bias, fitted=report)
+
+
+def reads_mid_layers(heads: Mapping[str, QuestionHead] | None) -> bool:
+    """Whether a fitted head among ``heads`` reads a mid-layer state (the engine keeps them then)."""
+    return any(isinstance(h, FittedHead) and h.mid_layers for h in (heads or {}).values())
+
+
+def heads_debias(heads: Mapping[str, QuestionHead] | None) -> Debias | None:
+    """The debias the fitted heads among ``heads`` were fitted under, when they agree: a request
+    that sets none of its own is read that way (``fit`` reads choice rows canonically), so the
+    head answers the question as it learned it. None: no fitted head, or heads that disagree
+    (``check_heads`` then names the one that cannot answer)."""
+    modes = {h.debias for h in (heads or {}).values() if isinstance(h, FittedHead)}
+    return modes.pop() if len(modes) == 1 else None
