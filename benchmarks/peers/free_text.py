@@ -33,14 +33,17 @@ from typed_decisions.compiler import LABEL_MODES
 
 
 def load_torch_model(weights: Path):
-    """The same weights in transformers, float32, eval mode: a .gguf file (de-quantized) or an HF folder."""
+    """The same weights in transformers, float32, eval mode: a .gguf file (de-quantized) or an HF folder.
+    Eager attention: the SDPA kernel on left-padded batches moved the reference's probabilities by
+    up to 2.7e-4 between runs on an AMX Xeon (the oracle must not move)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    kw = {"dtype": torch.float32, "attn_implementation": "eager"}
     if weights.suffix == ".gguf":
-        model = AutoModelForCausalLM.from_pretrained(weights.parent, gguf_file=weights.name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(weights.parent, gguf_file=weights.name, **kw)
     else:
-        model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(weights, **kw)
     return model.eval()
 
 
