@@ -114,10 +114,6 @@ def _softmax_rows(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _weighted_log_loss(probs: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
-    return float(-np.sum(w * np.log(np.clip(probs[np.arange(y.size), y], 1e-300, None))) / np.sum(w))
-
-
 def _splits(x: np.ndarray, y: np.ndarray, groups: Sequence[int] | None, k: int, seed: int) -> list:
     _, StratifiedKFold, StratifiedGroupKFold = sklearn_parts()
     if groups is not None:
@@ -126,6 +122,7 @@ def _splits(x: np.ndarray, y: np.ndarray, groups: Sequence[int] | None, k: int, 
 
 
 def _weighted_row_losses(probs: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Each row's log-loss times wᵢ / mean(w): their mean is the weighted log-loss."""
     return -w * np.log(np.clip(probs[np.arange(y.size), y], 1e-300, None)) / w.mean()
 
 
@@ -172,7 +169,6 @@ def fit_anchored(h: np.ndarray, p: np.ndarray, y: np.ndarray, *, components: int
         seen = np.zeros(n, dtype=bool)
         for _, test in splits:
             seen[test] = True
-        zero_nll = _weighted_log_loss(zero_p[seen], y[seen], w[seen])
         candidates = [(float("inf"), zero_p)]   # "no change" first, then strong to weak
         starts: dict[int, np.ndarray] = {}
         for c in sorted(grid, reverse=True):   # each fold warm-started from the stronger λ's solution
@@ -181,9 +177,10 @@ def fit_anchored(h: np.ndarray, p: np.ndarray, y: np.ndarray, *, components: int
                 starts[f] = _anchored(lp[train], x[train], y[train], w[train], c, tol, starts.get(f), rho)
                 held[test] = _softmax_rows(_anchored_logits(starts[f], lp[test], x[test]))
             candidates.append((float(c), held))
-        pick = choose([_weighted_row_losses(held[seen], y[seen], w[seen]) for _, held in candidates], one_se)
+        losses = [_weighted_row_losses(held[seen], y[seen], w[seen]) for _, held in candidates]
+        pick = choose(losses, one_se)
         lam, held = candidates[pick]
-        cv_nll = _weighted_log_loss(held[seen], y[seen], w[seen])
+        zero_nll, cv_nll = float(losses[0].mean()), float(losses[pick].mean())
         held_p, held_y = held[seen], y[seen]
         hit = held_p.argmax(1) == held_y
         cv_acc = float(np.sum(w[seen] * hit) / np.sum(w[seen]))
