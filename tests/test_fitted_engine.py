@@ -208,6 +208,7 @@ def test_fit_command_writes_a_preset_that_presets_answer_uses(tiny_model_dir, tm
                  "--components", "16", "-q"]) == 0
     printed = capsys.readouterr().out
     assert "15 rows {'billing': 5, 'tech': 5, 'sales': 5}" in printed and f"preset: {out} (team v1)" in printed
+    assert "5 rows of some option; below 8 per option a head's probabilities are not calibrated" in printed
     saved = json.loads(out.read_text())
     assert list(saved["fitted"]) == ["smollm2-135m"] and saved["fitted"]["smollm2-135m"]["fitted"]["rows"] == 15
     assert main(["presets", "answer", str(out), "--model", str(tiny_model_dir), STATE]) == 0
