@@ -17,6 +17,7 @@ import pytest
 from typed_decisions.errors import ModelDownloadError, ModelIntegrityError, PinnedVersionUnavailableError
 from typed_decisions.evaluation import datasets as ds
 from typed_decisions.evaluation import parsers as ps
+from typed_decisions.evaluation import parsers_corpora as pcs
 from typed_decisions.evaluation import parsers_suites as pss
 
 
@@ -313,6 +314,63 @@ def test_parse_freshqa_false_premise_skips_the_warning_and_reads_quoted_newlines
         pss.parse_freshqa_false_premise(b"id,split,question,false_premise\n0,TEST,Why?,MAYBE\n")
 
 
+def _zip(members):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_parse_autos_electronics_strips_headers_and_lines_that_name_a_newsgroup():
+    headers = "Xref: cmu rec.autos:101553\nPath: a!b\nFrom: x@y (X)\nNewsgroups: {g}\nSubject: {s}\nLines: 3\n\n"
+    long_body = " ".join(f"w{i}" for i in range(pcs.NEWSGROUP_MAX_WORDS + 5))
+    data = _zip({
+        "AutoAndElectronics/rec.autos/": b"",
+        "AutoAndElectronics/rec.autos/1": (headers.format(g="rec.autos,rec.autos.tech", s="Re: headlights")
+                                           + "In rec.autos, Al writes:\n>Fuse?\nA LOOSE  WIRE.\n").encode("latin-1"),
+        "AutoAndElectronics/sci.electronics/2": (headers.format(g="sci.electronics", s="Résumé of op-amps")
+                                                 + f"Article: 4 of sci.electronics\nFrom: quoted@header\n{long_body}\n"
+                                                 ).encode("latin-1"),
+        "AutoAndElectronics/sci.electronics/3": (headers.format(g="sci.electronics", s="rec.autos: FAQ")
+                                                 + "Archive-name: rec-autos/part1\nSee the list.\n").encode("latin-1"),
+        "AutoAndElectronics/sci.electronics/4": headers.format(g="sci.electronics", s="empty").encode("latin-1"),
+    })
+    rows = pcs.parse_autos_electronics(data)
+    assert [(r["post"], r["gold"]) for r in rows] == [("1", "cars"), ("2", "electronics"), ("3", "electronics")]
+    assert rows[0]["state"] == "Subject: Re: headlights\n>Fuse? A LOOSE WIRE."
+    cut = " ".join(long_body.split()[:pcs.NEWSGROUP_MAX_WORDS])
+    assert rows[1]["state"] == f"Subject: Résumé of op-amps\n{cut} [...]"
+    assert rows[2]["state"] == "See the list."  # a subject that names a newsgroup goes, with the archive name
+    for r in rows:
+        assert not any(w in r["state"] for w in ("rec.", "sci.", "Newsgroups", "Xref", "Path:", "From:"))
+    with pytest.raises(ValueError, match="no known newsgroup"):
+        pcs.parse_autos_electronics(_zip({"AutoAndElectronics/comp.graphics/5": b"Subject: x\n\nhello\n"}))
+
+
+def test_parse_commons_party_keeps_con_and_lab_mps_and_removes_party_and_speaker_names():
+    long = " ".join(["word"] * (pcs.COMMONS_MAX_WORDS + 10))
+    twenty = " ".join(f"w{i}" for i in range(pcs.COMMONS_MIN_WORDS - 2))
+    csv_text = ("date,agenda,speaker,party,chair,text\n"
+                f'2015-10-12,Topic,Kwasi Kwarteng,Con,FALSE,"The Labour Government, as Kwasi Kwarteng said, {twenty}"\n'
+                f'1999-01-21,Topic,Gordon Prentice,Lab,FALSE,"The Tories cut labour costs; Conservatives {twenty}"\n'
+                f'1999-01-21,Topic,Betty Boothroyd,NA,TRUE,"Order. {long}"\n'
+                f'2005-03-01,Topic,Nick Clegg,LibDem,FALSE,"{long}"\n'
+                f'2005-03-01,Topic,A Short,Lab,FALSE,"What does it cost?"\n'
+                f'2010-06-01,Topic,A Long,Con,FALSE,"{long}"\n')
+    rows = pcs.parse_commons_party(_zip({"en.csv": csv_text}))
+    assert [(r["gold"], r["speaker"]) for r in rows] == [
+        ("conservative", "Kwasi Kwarteng"), ("labour", "Gordon Prentice"), ("conservative", "A Long")]
+    assert rows[0]["state"] == f"House of Commons, 2015-10-12: The [...] Government, as [...] said, {twenty}"
+    assert rows[1]["state"] == f"House of Commons, 1999-01-21: The [...] cut labour costs; [...] {twenty}"
+    assert rows[2]["state"].endswith(" [...]") and len(rows[2]["state"].split()) == 4 + pcs.COMMONS_MAX_WORDS + 1
+    assert {n for n in pcs.COMMONS_PARTIES.values()} == set(ds.DATASETS["commons-party"].question.option_names)
+    with pytest.raises(ValueError, match="no en.csv"):
+        pcs.parse_commons_party(_zip({"de.csv": csv_text}))
+    with pytest.raises(ValueError, match="row 2: chair must be TRUE or FALSE"):
+        pcs.parse_commons_party(_zip({"en.csv": "date,speaker,party,chair,text\nd,S,Con,yes,hi\n"}))
+
+
 def test_rows_with_questions_split_on_question_and_passage():
     rows = [{"state": "same passage", "question": f"q{i}", "gold": "yes"} for i in range(400)]
     cal, test = ds.rows_for("demo", rows, "calibration"), ds.rows_for("demo", rows, "test")
@@ -374,6 +432,7 @@ REAL_COUNTS = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344,
                "plot-review": (4866, 4864, 1427, 3437), "sarcasm-headlines": (28614, 28498, 8644, 19854),
                "unsolvable-questions": (300, 300, 108, 192), "pararule-deduction": (2000, 2000, 619, 1381),
                "corr2cause": (2246, 1522, 456, 1066), "product-matching": (433, 433, 112, 321),
+               "autos-vs-electronics": (1997, 1989, 566, 1423), "commons-party": (744, 744, 223, 521),
                "freshqa-false-premise": (600, 600, 198, 402)}
 
 

