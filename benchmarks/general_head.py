@@ -5,8 +5,9 @@ Each dev set's labels are turned into yes/no criteria (``CRITERIA``: "Does this 
 a place?" is true of trec's location rows; "Is the sentiment of this text negative?" of the
 Hutto sets' negative levels), each in two wordings. A criterion's rows are the first ``--rows``/2
 rows it is true of and the first ``--rows``/2 it is false of, as they come in the set; every row
-is read once per wording as a noul question (the criterion is the row's own question text), and
-the features cache keeps the zero-shot P(yes), the last state and the mid-layer states at the
+is read once per wording as a noul question (the criterion is the row's own question text, after
+what a set that asks per row puts before its question: the review, the question, the hypothesis),
+and the features cache keeps the zero-shot P(yes), the last state and the mid-layer states at the
 answer position.
 
 Evaluation is leave-one-dataset-out: for each dev set, the probe is fitted on the criteria of the
