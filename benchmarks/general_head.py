@@ -253,31 +253,29 @@ def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, 
             zl, h, _ = _design(test, layers_of(readout))
             probs[readout] = predict(zl, h)
             chosen[readout] = {"C": c, "fit_seconds": round(time.perf_counter() - t0, 2)}
-        zero = None
         cell: dict[str, Any] = {"reads": int(y.size), "criteria": len({r["criterion"] for r in test})}
-        for name, p in probs.items():
+        for name, p in probs.items():   # zero_shot first: the others are paired with it
             pp = np.stack([p, 1 - p], axis=1)
             gold = 1 - y  # class 0 is "yes"
-            s = scores(pp, gold, idx)
+            s = per[name][held] = scores(pp, gold, idx)
             tops[name].append(top1(pp, gold))
-            per[name][held] = s
-            if zero is None:
-                zero = s
             cell[name] = {m: interval(v) for m, v in s.items()}
             if name != "zero_shot":
+                zero = per["zero_shot"][held]
                 cell[name].update(chosen[name])
                 cell[name]["accuracy_minus_zero_shot"] = interval(s["accuracy"] - zero["accuracy"])
                 cell[name]["nll_minus_zero_shot"] = interval(s["nll"] - zero["nll"])
         out["sets"][held] = cell
         print(f"  {held}: " + "  ".join(f"{n} {cell[n]['accuracy'][0]:.3f}/{cell[n]['nll'][0]:.3f}" for n in probs),
               flush=True)
-    for name in per:
-        mean = {m: np.mean([per[name][s][m] for s in sets], axis=0) for m in ("accuracy", "nll", "ece")}
+    means = {name: {m: np.mean([per[name][s][m] for s in sets], axis=0) for m in ("accuracy", "nll", "ece")}
+             for name in per}
+    zmean = means["zero_shot"]
+    for name, mean in means.items():
         doc = {m: interval(v) for m, v in mean.items()}
         pooled, floor = pooled_ece(tops[name], idxs)
         doc["ece_pooled"], doc["ece_pooled_floor"] = interval(pooled), round(floor, 4)
         if name != "zero_shot":
-            zmean = {m: np.mean([per["zero_shot"][s][m] for s in sets], axis=0) for m in ("accuracy", "nll")}
             doc["accuracy_minus_zero_shot"] = interval(mean["accuracy"] - zmean["accuracy"])
             doc["nll_minus_zero_shot"] = interval(mean["nll"] - zmean["nll"])
             doc["worse_than_zero_shot"] = [s for s in sets if out["sets"][s][name]["accuracy_minus_zero_shot"][2] < 0]
