@@ -1,9 +1,9 @@
 """Parsers of the dev-bench data files: a file's bytes → rows ``{"state", "gold", ...}`` (and
 ``"question"`` for a row about a passage), with the label maps and bins they use.
 
-Each parser reads one pinned file (``datasets.FILES``) exactly as its source ships it and keeps
-what a question can be asked about; deduplication, the split and the question live in
-``datasets.py``.
+Each parser reads one pinned file (``registry.FILES``) exactly as its source ships it and keeps
+what a question can be asked about; deduplication and the split live in ``datasets.py``, the
+question in ``registry.py``.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ rows ``{"state", "gold", ...}``.
 Each pinned file is a zip, opened in memory. Their texts carry their own labels (a Usenet post's
 ``Newsgroups:`` header, a speech that says "we in the Labour party"), so each parser removes what
 names the answer before the text becomes a state, and cuts long texts (``parsers.cut_words``).
-``parsers.py`` and ``parsers_suites.py`` hold the other parsers; deduplication, the split and the
-question live in ``datasets.py``.
+``parsers.py`` and ``parsers_suites.py`` hold the other parsers; deduplication and the split live
+in ``datasets.py``, the question in ``registry.py``.
 """
 
 from __future__ import annotations

