@@ -314,6 +314,33 @@ def test_parse_freshqa_false_premise_skips_the_warning_and_reads_quoted_newlines
         pss.parse_freshqa_false_premise(b"id,split,question,false_premise\n0,TEST,Why?,MAYBE\n")
 
 
+def test_parse_crepe_steps_so_far_are_the_state_next_step_and_event_the_question():
+    ask = "Answer with 'more likely', 'less likely', or 'equally likely'."
+    goal = "I'm trying to change a flat tire. First, I loosen the car's lug nuts."
+    rows = pss.parse_crepe(_evals(
+        (f"{goal} At this point, how will 'jack up the car' change the likelihood of 'the tire touches the ground'? "
+         f"{ask}", "less likely"),
+        (f"{goal} At this point, how will 'jack up the car' change the likelihood of 'i can't reach the nuts'? {ask}",
+         "equally likely"),
+        (f"I'm trying to bake. At this point, how will 'heat the oven' change the likelihood of 'it's hot'?  {ask} ",
+         "more likely")))
+    assert [r["state"] for r in rows] == [goal, goal, "I'm trying to bake."]
+    assert [(r["step"], r["event"], r["gold"]) for r in rows] == [
+        ("jack up the car", "the tire touches the ground", "less likely"),
+        ("jack up the car", "i can't reach the nuts", "equally likely"),  # an apostrophe inside the quotes
+        ("heat the oven", "it's hot", "more likely")]
+    assert rows[1]["question"] == ("At this point, how will 'jack up the car' change the likelihood of "
+                                   "'i can't reach the nuts'?")
+    assert all("Answer with" not in r["question"] and "Answer with" not in r["state"] for r in rows)
+    assert len(ds.dedupe(rows)) == 3  # the same goal and steps with two questions: two rows
+    assert ds.DATASETS["crepe-likelihood"].question.option_names == ["less likely", "equally likely", "more likely"]
+    with pytest.raises(ValueError, match="crepe row 0: expected"):
+        pss.parse_crepe(_evals((f"I'm trying to bake. How will 'heat the oven' change it? {ask}", "more likely")))
+    with pytest.raises(ValueError, match="crepe row 0: ideal must be one of"):
+        pss.parse_crepe(_evals((f"I'm trying to bake. At this point, how will 'a' change the likelihood of 'b'? {ask}",
+                                "likely")))
+
+
 def _zip(members):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
@@ -433,7 +460,8 @@ REAL_COUNTS = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344,
                "unsolvable-questions": (300, 300, 108, 192), "pararule-deduction": (2000, 2000, 619, 1381),
                "corr2cause": (2246, 1522, 456, 1066), "product-matching": (433, 433, 112, 321),
                "autos-vs-electronics": (1997, 1989, 566, 1423), "commons-party": (744, 744, 223, 521),
-               "freshqa-false-premise": (600, 600, 198, 402)}
+               "freshqa-false-premise": (600, 600, 198, 402),
+               "crepe-likelihood": (1520, 1520, 466, 1054)}
 
 
 PLOT_REVIEW_YES = 2395  # of 4,866 reviews, set against their own film's plot (the rest: another film's)

@@ -159,6 +159,39 @@ def parse_product_matching(data: bytes) -> list[Row]:
     return rows
 
 
+CREPE_QUESTION = "At this point, how will '{step}' change the likelihood of '{event}'?"
+CREPE_LEVELS = ("less likely", "equally likely", "more likely")  # lowest first: the score's levels
+_CREPE = re.compile(r"^(?P<steps>.*?)\s*At this point, how will '(?P<step>.*?)' change the likelihood of "
+                    r"'(?P<event>.*)'\?\s*Answer with 'more likely', 'less likely', or 'equally likely'\.\s*$",
+                    re.DOTALL)
+
+
+def parse_crepe(data: bytes) -> list[Row]:
+    r"""OpenAI evals ``crepe`` (CREPE, Zhang et al. 2023): ``I'm trying to <goal>. First, I <step>.
+    Then, I <step>. At this point, how will '<next step>' change the likelihood of '<event>'? Answer
+    with ...``, ideal "more likely" / "less likely" / "equally likely" → {state: the goal and the
+    steps so far, question: the next step and the event (``CREPE_QUESTION``; the answer format is
+    dropped), step, event, gold: the ideal}. One procedure's rows share their goal, so a state
+    recurs with other questions; the key (question, state) tells them apart.
+
+    >>> _ = parse_crepe(b'{"input": [{"role": "user", "content": "I\'m trying to bake. First, I heat the oven. At this'
+    ...                 b' point, how will \'open the oven\' change the likelihood of \'the oven is hot\'? Answer with'
+    ...                 b' \'more likely\', \'less likely\', or \'equally likely\'."}], "ideal": "less likely"}')
+    >>> _[0]["state"], _[0]["step"], _[0]["event"], _[0]["gold"]
+    ("I'm trying to bake. First, I heat the oven.", 'open the oven', 'the oven is hot', 'less likely')
+    """
+    rows: list[Row] = []
+    levels = {g: g for g in CREPE_LEVELS}
+    for n, (text, ideal) in enumerate(evals_samples(data, "crepe")):
+        m = _CREPE.match(text.strip())
+        if m is None or not m["steps"] or not m["step"] or not m["event"]:
+            raise ValueError(f"crepe row {n}: expected '<goal and steps> At this point, how will '...' change the "
+                             f"likelihood of '...'? Answer with ...', got {text[-120:]!r}")
+        rows.append({"state": m["steps"], "question": CREPE_QUESTION.format(step=m["step"], event=m["event"]),
+                     "step": m["step"], "event": m["event"], "gold": _gold("crepe", n, ideal, levels)})
+    return rows
+
+
 FRESHQA_HEADER = ["id", "split", "question"]
 
 

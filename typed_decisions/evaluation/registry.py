@@ -8,7 +8,7 @@ in ``parsers.py``, ``parsers_suites.py`` and ``parsers_corpora.py``) plus a ``sp
 whose options a reader can check against the data. ``datasets.py`` re-exports both tables and
 owns the rest: the fetch, dedupe, the fixed splits, ``load_dataset``.
 
-The table holds 21 datasets; the split, dedupe and fetch rules they all share are in
+The table holds 22 datasets; the split, dedupe and fetch rules they all share are in
 ``datasets.py``'s docstring.
 """
 
@@ -48,7 +48,9 @@ from .parsers_corpora import (
     parse_commons_party,
 )
 from .parsers_suites import (
+    CREPE_LEVELS,
     parse_corr2cause,
+    parse_crepe,
     parse_freshqa_false_premise,
     parse_pararule,
     parse_product_matching,
@@ -117,6 +119,8 @@ FILES = {
     "freshqa-false-premise": DataFile(INSPECT_EVALS,
                                       "inspect_evals/abstention_bench/data/freshqa/FreshQA_v12182024.csv",
                                       "d56b9a40b4e310dd5c6abd4a17ecf0dedea0ca0adc433e65bed7bd6be3ffc447", 205_062),
+    "crepe-likelihood": DataFile(EVALS, _EV + "crepe/samples.jsonl",
+                                 "eb4bcb0a3c383e0993f250032976019695aaab97f845c70b708c924a41a176e8", 795_920),
 }
 FILES["trec-fine"] = FILES["trec"]
 FILES["plot-review"] = FILES["rotten-tomatoes"]
@@ -319,4 +323,16 @@ DATASETS: dict[str, DatasetSpec] = {d.name: d for d in [
                                        OptionSpec(name="no", description="its premise is true; it can be answered "
                                                                          "as asked")]),
         source="inspect-evals 0.26.0: inspect_evals/abstention_bench/data/freshqa/FreshQA_v12182024.csv"),
+    DatasetSpec(
+        name="crepe-likelihood",
+        description="CREPE (Zhang et al. 2023, via OpenAI evals): a goal and the steps taken so far; does the next "
+                    "step make an event less, equally or more likely",
+        file=FILES["crepe-likelihood"], parse=parse_crepe,
+        question=QuestionSpec(name="likelihood", type="score", instructions_field="question",
+                              instructions="How will the next step change the likelihood of the event?",
+                              options=[OptionSpec(name=n, description=d) for n, d in zip(CREPE_LEVELS, [
+                                  "the step makes the event less likely than before it",
+                                  "the step leaves the event as likely as before it",
+                                  "the step makes the event more likely than before it"], strict=True)]),
+        source="evals 3.0.1.post1: evals/registry/data/crepe/samples.jsonl"),
 ]}
