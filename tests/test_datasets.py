@@ -341,6 +341,26 @@ def test_parse_crepe_steps_so_far_are_the_state_next_step_and_event_the_question
                                 "likely")))
 
 
+def test_parse_freshqa_fact_type_reads_the_same_file_as_false_premise():
+    text = ('"Warning: Please do not click thumbs up/down.",,,,,\n,,,,,\n'
+            "id,split,question,false_premise,fact_type,answer_0\n"
+            '0,TEST,What is the name of the first animal to land on the moon?,TRUE,never-changing,"No animal has.\n'
+            'Not one."\n'
+            "1,DEV, Who is the CEO of Twitter? ,FALSE,slow-changing,Linda\n"
+            "2,TEST,What is the price of gold today?,FALSE,fast-changing,$2\n"
+            "3,TEST,,FALSE,fast-changing,\n").encode()
+    rows = pss.parse_freshqa_fact_type(text)
+    assert [(r["state"], r["gold"], r["false_premise"]) for r in rows] == [
+        ("What is the name of the first animal to land on the moon?", "never-changing", "yes"),  # kept
+        ("Who is the CEO of Twitter?", "slow-changing", "no"),
+        ("What is the price of gold today?", "fast-changing", "no")]
+    assert [r["state"] for r in pss.parse_freshqa_false_premise(text)] == [r["state"] for r in rows]
+    assert ds.FILES["freshqa-fact-type"] == ds.FILES["freshqa-false-premise"]  # one pinned file, two questions
+    assert ds.DATASETS["freshqa-fact-type"].question.option_names == list(pss.FRESHQA_FACT_TYPES)
+    with pytest.raises(ValueError, match="FreshQA fact_type row 0: ideal must be one of"):
+        pss.parse_freshqa_fact_type(b"id,split,question,false_premise,fact_type\n0,TEST,Why?,FALSE,static\n")
+
+
 def _zip(members):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
@@ -461,7 +481,8 @@ REAL_COUNTS = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344,
                "corr2cause": (2246, 1522, 456, 1066), "product-matching": (433, 433, 112, 321),
                "autos-vs-electronics": (1997, 1989, 566, 1423), "commons-party": (744, 744, 223, 521),
                "freshqa-false-premise": (600, 600, 198, 402),
-               "crepe-likelihood": (1520, 1520, 466, 1054)}
+               "crepe-likelihood": (1520, 1520, 466, 1054),
+               "freshqa-fact-type": (600, 600, 190, 410)}
 
 
 PLOT_REVIEW_YES = 2395  # of 4,866 reviews, set against their own film's plot (the rest: another film's)

@@ -1,6 +1,6 @@
 """Parsers of dev-bench files that other evaluation suites ship: OpenAI evals' JSONL chat prompts
-and inspect-evals' FreshQA CSV → rows ``{"state", "gold", ...}`` (``"question"`` for a row about a
-passage).
+and inspect-evals' FreshQA CSV (read once, ``freshqa_records``, for two questions) → rows
+``{"state", "gold", ...}`` (``"question"`` for a row about a passage).
 
 A suite's file is a prompt for a chat model and the answer it expects; each parser takes the prompt
 apart again into what our request sends (the text as the state, the row's own question, the gold
@@ -195,16 +195,15 @@ def parse_crepe(data: bytes) -> list[Row]:
 FRESHQA_HEADER = ["id", "split", "question"]
 
 
-def parse_freshqa_false_premise(data: bytes) -> list[Row]:
+def freshqa_records(data: bytes) -> list[dict[str, str]]:
     r"""inspect-evals' FreshQA CSV (Vu et al. 2023): warning lines, then a header ``id,split,question,
-    ...,false_premise,...,fact_type,...`` (answers hold newlines inside quotes) → {state: the question,
-    gold: "yes" (false_premise TRUE: it takes something untrue for granted) / "no", fact_type}. The
-    file's own TEST/DEV split is not used: rows are split like every dataset.
+    ...,false_premise,...,fact_type,...`` (answers hold newlines inside quotes) → one dict per row
+    that has a question, its text stripped. The file's own TEST/DEV split is not used: rows are split
+    like every dataset.
 
-    >>> text = 'Warning: do not click,,\n,,\nid,split,question,false_premise,fact_type\n'
-    >>> text += '0,TEST,Who was the first dog on Mars?,TRUE,never-changing\n'
-    >>> parse_freshqa_false_premise(text.encode())
-    [{'state': 'Who was the first dog on Mars?', 'gold': 'yes', 'fact_type': 'never-changing'}]
+    >>> freshqa_records(b'Warning: do not click,,\n,,\nid,split,question,fact_type\n'
+    ...                 b'0,TEST, Why? ,fast-changing\n1,DEV,,\n')
+    [{'id': '0', 'split': 'TEST', 'question': 'Why?', 'fact_type': 'fast-changing'}]
     """
     records = csv.reader(io.StringIO(data.decode("utf-8")))
     for header in records:
@@ -212,12 +211,40 @@ def parse_freshqa_false_premise(data: bytes) -> list[Row]:
             break
     else:
         raise ValueError(f"FreshQA csv: no header row starting {','.join(FRESHQA_HEADER)}")
-    rows = []
-    for n, record in enumerate(records):
-        r = dict(zip(header, record))
-        question = r.get("question", "").strip()
-        if not question:
-            continue
-        gold = _gold("FreshQA", n, r.get("false_premise", ""), {"TRUE": "yes", "FALSE": "no"})
-        rows.append({"state": question, "gold": gold, "fact_type": r.get("fact_type")})
-    return rows
+    rows = [dict(zip(header, record)) for record in records]
+    return [{**r, "question": r["question"].strip()} for r in rows if r.get("question", "").strip()]
+
+
+_TRUE_FALSE = {"TRUE": "yes", "FALSE": "no"}
+
+
+def parse_freshqa_false_premise(data: bytes) -> list[Row]:
+    r"""FreshQA (``freshqa_records``) → {state: the question, gold: "yes" (false_premise TRUE: it takes
+    something untrue for granted) / "no", fact_type}.
+
+    >>> text = 'Warning: do not click,,\n,,\nid,split,question,false_premise,fact_type\n'
+    >>> text += '0,TEST,Who was the first dog on Mars?,TRUE,never-changing\n'
+    >>> parse_freshqa_false_premise(text.encode())
+    [{'state': 'Who was the first dog on Mars?', 'gold': 'yes', 'fact_type': 'never-changing'}]
+    """
+    return [{"state": r["question"], "gold": _gold("FreshQA", n, r.get("false_premise", ""), _TRUE_FALSE),
+             "fact_type": r.get("fact_type")} for n, r in enumerate(freshqa_records(data))]
+
+
+FRESHQA_FACT_TYPES = ("never-changing", "slow-changing", "fast-changing")  # lowest first: the score's levels
+
+
+def parse_freshqa_fact_type(data: bytes) -> list[Row]:
+    r"""FreshQA (``freshqa_records``) → {state: the question, gold: its fact_type, never-changing /
+    slow-changing / fast-changing (how fast its true answer changes), false_premise: "yes" / "no"}.
+    The false-premise questions (148 of 600) are kept: FreshQA gives them a fact type too, that of
+    the correction that answers them ("no animal has landed on the moon" never changes).
+
+    >>> text = 'id,split,question,false_premise,fact_type\n0,TEST,Who is the UK prime minister?,FALSE,slow-changing\n'
+    >>> parse_freshqa_fact_type(text.encode())
+    [{'state': 'Who is the UK prime minister?', 'gold': 'slow-changing', 'false_premise': 'no'}]
+    """
+    levels = {g: g for g in FRESHQA_FACT_TYPES}
+    return [{"state": r["question"], "gold": _gold("FreshQA fact_type", n, r.get("fact_type", ""), levels),
+             "false_premise": _gold("FreshQA", n, r.get("false_premise", ""), _TRUE_FALSE)}
+            for n, r in enumerate(freshqa_records(data))]

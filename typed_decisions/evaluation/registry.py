@@ -8,7 +8,7 @@ in ``parsers.py``, ``parsers_suites.py`` and ``parsers_corpora.py``) plus a ``sp
 whose options a reader can check against the data. ``datasets.py`` re-exports both tables and
 owns the rest: the fetch, dedupe, the fixed splits, ``load_dataset``.
 
-The table holds 22 datasets; the split, dedupe and fetch rules they all share are in
+The table holds 23 datasets; the split, dedupe and fetch rules they all share are in
 ``datasets.py``'s docstring.
 """
 
@@ -49,8 +49,10 @@ from .parsers_corpora import (
 )
 from .parsers_suites import (
     CREPE_LEVELS,
+    FRESHQA_FACT_TYPES,
     parse_corr2cause,
     parse_crepe,
+    parse_freshqa_fact_type,
     parse_freshqa_false_premise,
     parse_pararule,
     parse_product_matching,
@@ -124,6 +126,7 @@ FILES = {
 }
 FILES["trec-fine"] = FILES["trec"]
 FILES["plot-review"] = FILES["rotten-tomatoes"]
+FILES["freshqa-fact-type"] = FILES["freshqa-false-premise"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -335,4 +338,16 @@ DATASETS: dict[str, DatasetSpec] = {d.name: d for d in [
                                   "the step leaves the event as likely as before it",
                                   "the step makes the event more likely than before it"], strict=True)]),
         source="evals 3.0.1.post1: evals/registry/data/crepe/samples.jsonl"),
+    DatasetSpec(
+        name="freshqa-fact-type",
+        description="FreshQA questions (Vu et al. 2023, via inspect-evals): how fast the true answer changes, "
+                    "FreshQA's fact type (its false-premise questions kept: the correction has a fact type too)",
+        file=FILES["freshqa-fact-type"], parse=parse_freshqa_fact_type,
+        question=QuestionSpec(name="fact_type", type="score",
+                              instructions="How quickly does the true answer to this question change over time?",
+                              options=[OptionSpec(name=n, description=d) for n, d in zip(FRESHQA_FACT_TYPES, [
+                                  "the answer almost never changes",
+                                  "the answer typically changes over the course of several years",
+                                  "the answer typically changes within a year or less"], strict=True)]),
+        source="inspect-evals 0.26.0: inspect_evals/abstention_bench/data/freshqa/FreshQA_v12182024.csv"),
 ]}
