@@ -8,8 +8,10 @@ import bz2
 import hashlib
 import io
 import json
+import re
 import tarfile
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -418,6 +420,38 @@ def test_parse_commons_party_keeps_con_and_lab_mps_and_removes_party_and_speaker
         pcs.parse_commons_party(_zip({"en.csv": "date,speaker,party,chair,text\nd,S,Con,yes,hi\n"}))
 
 
+def _news(*rows):
+    header = "article_id,publish_date,article_source_link,title,subtitle,text\n"
+    return _zip({"NewsArticles.csv": header + "".join(f'{i},2017/3/1,{url},"{title}",,"{text}"\n'
+                                                        for i, (url, title, text) in enumerate(rows))})
+
+
+def test_parse_news_section_takes_the_section_from_the_url_and_keeps_it_out_of_the_state():
+    long = " ".join(f"w{i}" for i in range(pcs.NEWS_MAX_WORDS + 7))
+    data = _news(("http://abcnews.go.com/Politics/wireStory/vote-1", "Senate  votes", "The Senate voted."),
+                 ("http://tass.com/politics/929606", "Kremlin speaks", "MOSCOW. /TASS/. The Kremlin  said no."),
+                 ("http://abcnews.go.com/International/story?id=2", "Quake", long),
+                 ("http://tass.com/world/929607", "Talks in Geneva", "GENEVA. /TASS/. Talks began."),
+                 ("http://tass.com/economy/929603", "Oil up", "Brent gained."),
+                 ("http://abcnews.go.com/Business/wireStory/fed-3", "Fed hikes", "The Fed raised rates."),
+                 ("http://abcnews.go.com/Sports/wireStory/x-4", "Game", "They won."),  # 1 sport row: dropped
+                 ("http://tass.com/politics/929608", "Empty", ""),  # no text: dropped
+                 ("http://www.cnn.com/2017/02/07/politics/x/index.html", "CNN", "Not a site we read."))
+    rows = pcs.parse_news_section(data, min_rows=2)
+    assert [(r["gold"], r["site"]) for r in rows] == [("politics", "ABC News"), ("politics", "TASS"),
+                                                      ("world", "ABC News"), ("world", "TASS"),
+                                                      ("business", "TASS"), ("business", "ABC News")]
+    assert rows[0]["state"] == "Senate votes\nThe Senate voted." and rows[1]["state"].endswith("The Kremlin said no.")
+    assert rows[2]["state"] == f"Quake\n{' '.join(long.split()[:pcs.NEWS_MAX_WORDS])} [...]"
+    assert not any(w in r["state"] for r in rows for w in ("http", "abcnews", "tass.com", "International", "economy"))
+    assert len(pcs.parse_news_section(data, min_rows=3)) == 0 and pcs.NEWS_MIN_ROWS == 60
+    assert ds.DATASETS["news-section"].question.option_names == ["politics", "world", "us", "business"]
+    with pytest.raises(ValueError, match="no NewsArticles.csv"):
+        pcs.parse_news_section(_zip({"News100.csv": "x\n"}))
+    with pytest.raises(ValueError, match="row 2: no section"):
+        pcs.parse_news_section(_news(("http://tass.com/", "Home", "Front page.")))
+
+
 def test_rows_with_questions_split_on_question_and_passage():
     rows = [{"state": "same passage", "question": f"q{i}", "gold": "yes"} for i in range(400)]
     cal, test = ds.rows_for("demo", rows, "calibration"), ds.rows_for("demo", rows, "test")
@@ -482,9 +516,15 @@ REAL_COUNTS = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344,
                "autos-vs-electronics": (1997, 1989, 566, 1423), "commons-party": (744, 744, 223, 521),
                "freshqa-false-premise": (600, 600, 198, 402),
                "crepe-likelihood": (1520, 1520, 466, 1054),
-               "freshqa-fact-type": (600, 600, 190, 410)}
+               "freshqa-fact-type": (600, 600, 190, 410),
+               "news-section": (771, 771, 219, 552)}
 
 
+RARE_CLASSES = {  # dataset → (parser, its minimum rows per class, the classes it drops and their rows)
+    "news-section": (pcs.parse_news_section, pcs.NEWS_MIN_ROWS,
+                     {"sport": 50, "defense": 35, "society": 34, "entertainment": 16, "health": 14, "science": 12,
+                      "pressreview": 7, "press-releases": 7, "technology": 7, "lifestyle": 3, "weird": 1}),
+}
 PLOT_REVIEW_YES = 2395  # of 4,866 reviews, set against their own film's plot (the rest: another film's)
 
 
@@ -519,6 +559,14 @@ def test_real_dataset_fetches_parses_and_splits(name):
         assert min(len(r["state"].split()) for r in everything.rows) >= ps.DEBATE_MIN_WORDS
     if name == "plot-review":
         assert sum(r["gold"] == "yes" for r in raw) == PLOT_REVIEW_YES and len({r["against"] for r in raw}) == 156
+    if name in RARE_CLASSES:  # the kept classes are exactly those with enough rows in the file
+        parse, min_rows, dropped = RARE_CLASSES[name]
+        counts = Counter(r["gold"] for r in parse(path.read_bytes(), min_rows=1))
+        assert {k for k, n in counts.items() if n >= min_rows} == set(spec.question.option_names)
+        assert {k: n for k, n in counts.items() if n < min_rows} == dropped
+    if name == "news-section":  # no article URL (one ABC text keeps an editor's link, cms.abcnews.go.com/SiteEditor)
+        url = re.compile(r"(?:abcnews\.go\.com|tass\.com)/(?:politics|us|international|world|economy|business)/", re.I)
+        assert not any(url.search(r["state"]) for r in raw)
 
 
 def test_a_row_question_goes_into_instructions_and_the_passage_stays_the_state():

