@@ -343,6 +343,21 @@ def test_parse_crepe_steps_so_far_are_the_state_next_step_and_event_the_question
                                 "likely")))
 
 
+def test_parse_news_sentence_bias_keeps_the_kinds_with_enough_rows():
+    rows = pss.parse_news_sentence_bias(_evals(
+        (" Biden made false claims. ", "[claim]"), ("It will get worse.", "[speculation]"), ("He lied.", "[claim]"),
+        ("“We won,” she said.", "[quote]"), ("Maybe it rains.", "[speculation]"), ("Sales rose 5%.", "[data]")),
+        min_rows=2)
+    assert [(r["state"], r["gold"]) for r in rows] == [
+        ("Biden made false claims.", "claim"), ("It will get worse.", "speculation"), ("He lied.", "claim"),
+        ("Maybe it rains.", "speculation")]  # quote and data have 1 row each (< 2): dropped
+    assert pss.BIAS_MIN_ROWS == 30 and len(pss.parse_news_sentence_bias(_evals(("He lied.", "[claim]")))) == 0
+    question = ds.DATASETS["news-sentence-bias"].question
+    assert set(question.option_names) < set(pss.BIAS_CLASSES) and len(question.option_names) == 6
+    with pytest.raises(ValueError, match="bias_detection row 0: ideal must be one of"):
+        pss.parse_news_sentence_bias(_evals(("A rumour.", "rumour")))
+
+
 def test_parse_freshqa_fact_type_reads_the_same_file_as_false_premise():
     text = ('"Warning: Please do not click thumbs up/down.",,,,,\n,,,,,\n'
             "id,split,question,false_premise,fact_type,answer_0\n"
@@ -517,13 +532,15 @@ REAL_COUNTS = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344,
                "freshqa-false-premise": (600, 600, 198, 402),
                "crepe-likelihood": (1520, 1520, 466, 1054),
                "freshqa-fact-type": (600, 600, 190, 410),
-               "news-section": (771, 771, 219, 552)}
+               "news-section": (771, 771, 219, 552),
+               "news-sentence-bias": (256, 255, 70, 185)}
 
 
 RARE_CLASSES = {  # dataset → (parser, its minimum rows per class, the classes it drops and their rows)
     "news-section": (pcs.parse_news_section, pcs.NEWS_MIN_ROWS,
                      {"sport": 50, "defense": 35, "society": 34, "entertainment": 16, "health": 14, "science": 12,
                       "pressreview": 7, "press-releases": 7, "technology": 7, "lifestyle": 3, "weird": 1}),
+    "news-sentence-bias": (pss.parse_news_sentence_bias, pss.BIAS_MIN_ROWS, {"narrative": 15, "fact": 10, "data": 4}),
 }
 PLOT_REVIEW_YES = 2395  # of 4,866 reviews, set against their own film's plot (the rest: another film's)
 

