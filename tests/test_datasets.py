@@ -8,8 +8,10 @@ import bz2
 import hashlib
 import io
 import json
+import re
 import tarfile
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -314,6 +316,68 @@ def test_parse_freshqa_false_premise_skips_the_warning_and_reads_quoted_newlines
         pss.parse_freshqa_false_premise(b"id,split,question,false_premise\n0,TEST,Why?,MAYBE\n")
 
 
+def test_parse_crepe_steps_so_far_are_the_state_next_step_and_event_the_question():
+    ask = "Answer with 'more likely', 'less likely', or 'equally likely'."
+    goal = "I'm trying to change a flat tire. First, I loosen the car's lug nuts."
+    rows = pss.parse_crepe(_evals(
+        (f"{goal} At this point, how will 'jack up the car' change the likelihood of 'the tire touches the ground'? "
+         f"{ask}", "less likely"),
+        (f"{goal} At this point, how will 'jack up the car' change the likelihood of 'i can't reach the nuts'? {ask}",
+         "equally likely"),
+        (f"I'm trying to bake. At this point, how will 'heat the oven' change the likelihood of 'it's hot'?  {ask} ",
+         "more likely")))
+    assert [r["state"] for r in rows] == [goal, goal, "I'm trying to bake."]
+    assert [(r["step"], r["event"], r["gold"]) for r in rows] == [
+        ("jack up the car", "the tire touches the ground", "less likely"),
+        ("jack up the car", "i can't reach the nuts", "equally likely"),  # an apostrophe inside the quotes
+        ("heat the oven", "it's hot", "more likely")]
+    assert rows[1]["question"] == ("At this point, how will 'jack up the car' change the likelihood of "
+                                   "'i can't reach the nuts'?")
+    assert all("Answer with" not in r["question"] and "Answer with" not in r["state"] for r in rows)
+    assert len(ds.dedupe(rows)) == 3  # the same goal and steps with two questions: two rows
+    assert ds.DATASETS["crepe-likelihood"].question.option_names == ["less likely", "equally likely", "more likely"]
+    with pytest.raises(ValueError, match="crepe row 0: expected"):
+        pss.parse_crepe(_evals((f"I'm trying to bake. How will 'heat the oven' change it? {ask}", "more likely")))
+    with pytest.raises(ValueError, match="crepe row 0: ideal must be one of"):
+        pss.parse_crepe(_evals((f"I'm trying to bake. At this point, how will 'a' change the likelihood of 'b'? {ask}",
+                                "likely")))
+
+
+def test_parse_news_sentence_bias_keeps_the_kinds_with_enough_rows():
+    rows = pss.parse_news_sentence_bias(_evals(
+        (" Biden made false claims. ", "[claim]"), ("It will get worse.", "[speculation]"), ("He lied.", "[claim]"),
+        ("“We won,” she said.", "[quote]"), ("Maybe it rains.", "[speculation]"), ("Sales rose 5%.", "[data]")),
+        min_rows=2)
+    assert [(r["state"], r["gold"]) for r in rows] == [
+        ("Biden made false claims.", "claim"), ("It will get worse.", "speculation"), ("He lied.", "claim"),
+        ("Maybe it rains.", "speculation")]  # quote and data have 1 row each (< 2): dropped
+    assert pss.BIAS_MIN_ROWS == 30 and len(pss.parse_news_sentence_bias(_evals(("He lied.", "[claim]")))) == 0
+    question = ds.DATASETS["news-sentence-bias"].question
+    assert set(question.option_names) < set(pss.BIAS_CLASSES) and len(question.option_names) == 6
+    with pytest.raises(ValueError, match="bias_detection row 0: ideal must be one of"):
+        pss.parse_news_sentence_bias(_evals(("A rumour.", "rumour")))
+
+
+def test_parse_freshqa_fact_type_reads_the_same_file_as_false_premise():
+    text = ('"Warning: Please do not click thumbs up/down.",,,,,\n,,,,,\n'
+            "id,split,question,false_premise,fact_type,answer_0\n"
+            '0,TEST,What is the name of the first animal to land on the moon?,TRUE,never-changing,"No animal has.\n'
+            'Not one."\n'
+            "1,DEV, Who is the CEO of Twitter? ,FALSE,slow-changing,Linda\n"
+            "2,TEST,What is the price of gold today?,FALSE,fast-changing,$2\n"
+            "3,TEST,,FALSE,fast-changing,\n").encode()
+    rows = pss.parse_freshqa_fact_type(text)
+    assert [(r["state"], r["gold"], r["false_premise"]) for r in rows] == [
+        ("What is the name of the first animal to land on the moon?", "never-changing", "yes"),  # kept
+        ("Who is the CEO of Twitter?", "slow-changing", "no"),
+        ("What is the price of gold today?", "fast-changing", "no")]
+    assert [r["state"] for r in pss.parse_freshqa_false_premise(text)] == [r["state"] for r in rows]
+    assert ds.FILES["freshqa-fact-type"] == ds.FILES["freshqa-false-premise"]  # one pinned file, two questions
+    assert ds.DATASETS["freshqa-fact-type"].question.option_names == list(pss.FRESHQA_FACT_TYPES)
+    with pytest.raises(ValueError, match="FreshQA fact_type row 0: ideal must be one of"):
+        pss.parse_freshqa_fact_type(b"id,split,question,false_premise,fact_type\n0,TEST,Why?,FALSE,static\n")
+
+
 def _zip(members):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
@@ -369,6 +433,38 @@ def test_parse_commons_party_keeps_con_and_lab_mps_and_removes_party_and_speaker
         pcs.parse_commons_party(_zip({"de.csv": csv_text}))
     with pytest.raises(ValueError, match="row 2: chair must be TRUE or FALSE"):
         pcs.parse_commons_party(_zip({"en.csv": "date,speaker,party,chair,text\nd,S,Con,yes,hi\n"}))
+
+
+def _news(*rows):
+    header = "article_id,publish_date,article_source_link,title,subtitle,text\n"
+    return _zip({"NewsArticles.csv": header + "".join(f'{i},2017/3/1,{url},"{title}",,"{text}"\n'
+                                                        for i, (url, title, text) in enumerate(rows))})
+
+
+def test_parse_news_section_takes_the_section_from_the_url_and_keeps_it_out_of_the_state():
+    long = " ".join(f"w{i}" for i in range(pcs.NEWS_MAX_WORDS + 7))
+    data = _news(("http://abcnews.go.com/Politics/wireStory/vote-1", "Senate  votes", "The Senate voted."),
+                 ("http://tass.com/politics/929606", "Kremlin speaks", "MOSCOW. /TASS/. The Kremlin  said no."),
+                 ("http://abcnews.go.com/International/story?id=2", "Quake", long),
+                 ("http://tass.com/world/929607", "Talks in Geneva", "GENEVA. /TASS/. Talks began."),
+                 ("http://tass.com/economy/929603", "Oil up", "Brent gained."),
+                 ("http://abcnews.go.com/Business/wireStory/fed-3", "Fed hikes", "The Fed raised rates."),
+                 ("http://abcnews.go.com/Sports/wireStory/x-4", "Game", "They won."),  # 1 sport row: dropped
+                 ("http://tass.com/politics/929608", "Empty", ""),  # no text: dropped
+                 ("http://www.cnn.com/2017/02/07/politics/x/index.html", "CNN", "Not a site we read."))
+    rows = pcs.parse_news_section(data, min_rows=2)
+    assert [(r["gold"], r["site"]) for r in rows] == [("politics", "ABC News"), ("politics", "TASS"),
+                                                      ("world", "ABC News"), ("world", "TASS"),
+                                                      ("business", "TASS"), ("business", "ABC News")]
+    assert rows[0]["state"] == "Senate votes\nThe Senate voted." and rows[1]["state"].endswith("The Kremlin said no.")
+    assert rows[2]["state"] == f"Quake\n{' '.join(long.split()[:pcs.NEWS_MAX_WORDS])} [...]"
+    assert not any(w in r["state"] for r in rows for w in ("http", "abcnews", "tass.com", "International", "economy"))
+    assert len(pcs.parse_news_section(data, min_rows=3)) == 0 and pcs.NEWS_MIN_ROWS == 60
+    assert ds.DATASETS["news-section"].question.option_names == ["politics", "world", "us", "business"]
+    with pytest.raises(ValueError, match="no NewsArticles.csv"):
+        pcs.parse_news_section(_zip({"News100.csv": "x\n"}))
+    with pytest.raises(ValueError, match="row 2: no section"):
+        pcs.parse_news_section(_news(("http://tass.com/", "Home", "Front page.")))
 
 
 def test_rows_with_questions_split_on_question_and_passage():
@@ -433,9 +529,19 @@ REAL_COUNTS = {"trec": (15452, 5381, 1581, 3800), "sms-spam": (4837, 4522, 1344,
                "unsolvable-questions": (300, 300, 108, 192), "pararule-deduction": (2000, 2000, 619, 1381),
                "corr2cause": (2246, 1522, 456, 1066), "product-matching": (433, 433, 112, 321),
                "autos-vs-electronics": (1997, 1989, 566, 1423), "commons-party": (744, 744, 223, 521),
-               "freshqa-false-premise": (600, 600, 198, 402)}
+               "freshqa-false-premise": (600, 600, 198, 402),
+               "crepe-likelihood": (1520, 1520, 466, 1054),
+               "freshqa-fact-type": (600, 600, 190, 410),
+               "news-section": (771, 771, 219, 552),
+               "news-sentence-bias": (256, 255, 70, 185)}
 
 
+RARE_CLASSES = {  # dataset → (parser, its minimum rows per class, the classes it drops and their rows)
+    "news-section": (pcs.parse_news_section, pcs.NEWS_MIN_ROWS,
+                     {"sport": 50, "defense": 35, "society": 34, "entertainment": 16, "health": 14, "science": 12,
+                      "pressreview": 7, "press-releases": 7, "technology": 7, "lifestyle": 3, "weird": 1}),
+    "news-sentence-bias": (pss.parse_news_sentence_bias, pss.BIAS_MIN_ROWS, {"narrative": 15, "fact": 10, "data": 4}),
+}
 PLOT_REVIEW_YES = 2395  # of 4,866 reviews, set against their own film's plot (the rest: another film's)
 
 
@@ -470,6 +576,14 @@ def test_real_dataset_fetches_parses_and_splits(name):
         assert min(len(r["state"].split()) for r in everything.rows) >= ps.DEBATE_MIN_WORDS
     if name == "plot-review":
         assert sum(r["gold"] == "yes" for r in raw) == PLOT_REVIEW_YES and len({r["against"] for r in raw}) == 156
+    if name in RARE_CLASSES:  # the kept classes are exactly those with enough rows in the file
+        parse, min_rows, dropped = RARE_CLASSES[name]
+        counts = Counter(r["gold"] for r in parse(path.read_bytes(), min_rows=1))
+        assert {k for k, n in counts.items() if n >= min_rows} == set(spec.question.option_names)
+        assert {k: n for k, n in counts.items() if n < min_rows} == dropped
+    if name == "news-section":  # no article URL (one ABC text keeps an editor's link, cms.abcnews.go.com/SiteEditor)
+        url = re.compile(r"(?:abcnews\.go\.com|tass\.com)/(?:politics|us|international|world|economy|business)/", re.I)
+        assert not any(url.search(r["state"]) for r in raw)
 
 
 def test_a_row_question_goes_into_instructions_and_the_passage_stays_the_state():

@@ -4,6 +4,7 @@ The runtime answers questions (``decider`` and the pipeline modules beside it); 
 them of labelled rows and measures the answers. One module per idea:
 
     datasets.py     named public datasets, fetched from pinned packages, deduplicated and split
+    registry.py     the table of them: each one's pinned file, parser and default question
     run.py          ask a spec of every row (``evaluate``), the reliability plot
     metrics.py      accuracy, macro-F1, NLL, Brier, ECE, reliability bins, risk-coverage
     calibration_fitting.py  calibration fitting (temperature, contextual, combined); applying is ``calibration.py``

@@ -1,9 +1,9 @@
 """Parsers of the dev-bench data files: a file's bytes → rows ``{"state", "gold", ...}`` (and
 ``"question"`` for a row about a passage), with the label maps and bins they use.
 
-Each parser reads one pinned file (``datasets.FILES``) exactly as its source ships it and keeps
-what a question can be asked about; deduplication, the split and the question live in
-``datasets.py``.
+Each parser reads one pinned file (``registry.FILES``) exactly as its source ships it and keeps
+what a question can be asked about; deduplication and the split live in ``datasets.py``, the
+question in ``registry.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -212,6 +213,17 @@ def cut_words(words: Sequence[str], max_words: int) -> str:
     ('a b c', 'a b c [...]')
     """
     return " ".join(words[:max_words]) + (" [...]" if len(words) > max_words else "")
+
+
+def drop_rare_classes(rows: list[Row], min_rows: int) -> list[Row]:
+    """The rows whose gold label has at least ``min_rows`` rows (counted in the parsed file, before
+    dedupe): a class too small to calibrate or score is dropped, not merged into another.
+
+    >>> drop_rare_classes([{"gold": "a"}, {"gold": "b"}, {"gold": "a"}], 2)
+    [{'gold': 'a'}, {'gold': 'a'}]
+    """
+    counts = Counter(r["gold"] for r in rows)
+    return [r for r in rows if counts[r["gold"]] >= min_rows]
 
 
 def parse_convention_speeches(data: bytes) -> list[Row]:

