@@ -10,19 +10,20 @@ what a set that asks per row puts before its question: the review, the question,
 and the features cache keeps the zero-shot P(yes), the last state and the mid-layer states at the
 answer position.
 
-Evaluation is leave-one-dataset-out: for each dev set, the probe is fitted on the criteria of the
-*other* sets only (no sister criterion or wording of the scored one is seen), then scores every
-read of the held-out set. Readouts:
+Evaluation is leave-one-task-out: a task is a dev set, or the sets read from the same rows
+(``TASK``: FreshQA's false premises and fact types); for each task, the probe is fitted on the
+criteria of the *other* tasks only (no sister criterion or wording of the scored one is seen), then
+scores every read of the held-out task. Readouts:
 
     zero-shot     the verbalized P(yes) (the engine's noul answer)
     platt         σ(a · zl + b), zl = log P(yes) − log P(no): the zero-shot reading recalibrated
                   across tasks (what a probe's gain must beat to be more than calibration)
     probe/L       σ(a · zl + w · x + b), x the top ``--components`` principal directions of the
-                  standardized states L (14, 18, last, 18+last), fitted on the training sets' rows;
-                  C (inverse L2 strength) by an inner CV's log-loss, whole training sets held out
+                  standardized states L (14, 18, last, 18+last), fitted on the training tasks' rows;
+                  C (inverse L2 strength) by an inner CV's log-loss, whole training tasks held out
 
-Per held-out set: accuracy, NLL and ECE with their paired bootstrap intervals against zero-shot;
-over sets: the means (each resample the mean of the sets' resamples) and the pooled ECE.
+Per held-out task: accuracy, NLL and ECE with their paired bootstrap intervals against zero-shot;
+over tasks: the means (each resample the mean of the tasks' resamples) and the pooled ECE.
 
     python -m benchmarks.general_head --model DIR [--rows 32] [--read-only]
 """
@@ -113,12 +114,43 @@ CRITERIA: dict[str, list[Criterion]] = {
                          "Does the MP who made this speech belong to the Conservative Party?", 0)],
     "freshqa-false-premise": [_c("false-premise", "Does this question rest on a false premise?",
                                  "Does this question take for granted something that is not true?", 0)],
+    "freshqa-fact-type": [
+        _c("never-changing", "Is the true answer to this question fixed, never changing over time?",
+           "Will the answer to this question stay the same no matter when it is asked?", 0),
+        _c("fast-changing", "Does the true answer to this question usually change within a year?",
+           "Would the answer to this question likely be different if it were asked again next year?", 2),
+    ],
+    "crepe-likelihood": [
+        _c("more-likely", "Does this step make the event more likely?",
+           "Will doing this step raise the chance that the event happens?", 2),
+        _c("less-likely", "Does this step make the event less likely?",
+           "Will doing this step lower the chance that the event happens?", 0),
+    ],
+    "news-section": [
+        _c("politics", "Was this article published in the politics section of a news site?",
+           "Is this a politics news article?", 0),
+        _c("business", "Was this article published in the business or economy section of a news site?",
+           "Is this a business news article?", 3),
+    ],
+    "news-sentence-bias": [
+        _c("quote", "Is this sentence a quotation of what someone said?",
+           "Does this sentence report someone's own words as a quote?", 2),
+        _c("speculation", "Does this sentence speculate about something that is not known for certain?",
+           "Is this sentence a guess rather than an established fact?", 4),
+    ],
 }
+# Sets read from the same rows are one task for leave-one-task-out: held out together, so a probe
+# never scores rows it was trained on under a sister criterion.
+TASK = {"freshqa-false-premise": "freshqa", "freshqa-fact-type": "freshqa"}
+
+
+def task_of(set_name: str) -> str:
+    return TASK.get(set_name, set_name)
 # pararule-deduction is left out: its truth is read off a "not" in the statement (every negated
 # statement false), a shortcut a probe trained on it would carry to other criteria.
 READOUTS = ("platt", "probe/14", "probe/18", "probe/last", "probe/18+last")
 C_GRID = (0.001, 0.01, 0.1, 1.0)
-INNER_FOLDS = 4  # the inner CV that picks C: the training sets in 4 groups, whole sets held out
+INNER_FOLDS = 4  # the inner CV that picks C: the training tasks in 4 groups, whole tasks held out
 
 
 def criterion_rows(name: str, crit: Criterion, per_side: int) -> tuple[list[str], list[str | None], np.ndarray]:
@@ -154,7 +186,7 @@ def read_all(decider: Decider | None, cache: FeatureCache, per_side: int) -> lis
                         for s, o in zip(states, own)]
                 question = {"type": "noul", "instructions": wording}
                 h, p, m = cache.read(decider, f"{set_name}/{crit.name}/{w}", question, rows, layers=True)
-                reads.append({"set": set_name, "criterion": crit.name, "wording": w, "y": truth,
+                reads.append({"set": set_name, "task": task_of(set_name), "criterion": crit.name, "wording": w, "y": truth,
                               "p_yes": p[:, 0], "states": {"last": h, 14: m[:, 0], 18: m[:, 1]}})
     return reads
 
@@ -202,18 +234,18 @@ def _log_loss(p: np.ndarray, y: np.ndarray) -> float:
 
 def fit_readout(train: list[dict[str, Any]], readout: str, components: int) -> tuple[Any, float]:
     """The readout fitted on ``train`` (a function of (zl, h) → P(yes)); a probe's C by the
-    log-loss of an inner CV over the training sets (``INNER_FOLDS`` groups of whole sets)."""
+    log-loss of an inner CV over the training tasks (``INNER_FOLDS`` groups of whole tasks)."""
     layers = layers_of(readout)
     if not layers:
         zl, _, y = _design(train, [])
         return _predictor(Probe(zl, None, components), y, 1e6), 1e6
     losses = np.zeros(len(C_GRID))
-    sets = sorted({r["set"] for r in train})
-    fold = {s: i % INNER_FOLDS for i, s in enumerate(sets)}   # whole sets per fold
-    for f in range(min(INNER_FOLDS, len(sets))):
-        zl, h, y = _design([r for r in train if fold[r["set"]] != f], layers)
+    tasks = sorted({r["task"] for r in train})
+    fold = {t: i % INNER_FOLDS for i, t in enumerate(tasks)}   # whole tasks per fold
+    for f in range(min(INNER_FOLDS, len(tasks))):
+        zl, h, y = _design([r for r in train if fold[r["task"]] != f], layers)
         inner = Probe(zl, h, components)
-        zl_t, h_t, y_t = _design([r for r in train if fold[r["set"]] == f], layers)
+        zl_t, h_t, y_t = _design([r for r in train if fold[r["task"]] == f], layers)
         x_t = inner.x(zl_t, h_t)
         for i, c in enumerate(C_GRID):
             losses[i] += _log_loss(inner.fit(y, c).predict_proba(x_t)[:, 1], y_t)
@@ -234,14 +266,14 @@ def layers_of(readout: str) -> list[Any]:
 
 def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, boot: int) -> dict[str, Any]:
     rng = np.random.default_rng(0)
-    sets = list(dict.fromkeys(r["set"] for r in reads))
-    out: dict[str, Any] = {"sets": {}, "mean": {}}
+    tasks = list(dict.fromkeys(r["task"] for r in reads))   # the held-out unit
+    out: dict[str, Any] = {"tasks": {}, "mean": {}}
     per: dict[str, dict[str, Any]] = {r: {} for r in ("zero_shot", *readouts)}
     tops: dict[str, list[np.ndarray]] = {r: [] for r in per}
     idxs = []
-    for held in sets:
-        test = [r for r in reads if r["set"] == held]
-        train = [r for r in reads if r["set"] != held]
+    for held in tasks:
+        test = [r for r in reads if r["task"] == held]
+        train = [r for r in reads if r["task"] != held]
         y = np.concatenate([r["y"] for r in test])
         idx = rng.integers(0, y.size, size=(boot, y.size))
         idxs.append(idx)
@@ -265,10 +297,10 @@ def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, 
                 cell[name].update(chosen[name])
                 cell[name]["accuracy_minus_zero_shot"] = interval(s["accuracy"] - zero["accuracy"])
                 cell[name]["nll_minus_zero_shot"] = interval(s["nll"] - zero["nll"])
-        out["sets"][held] = cell
+        out["tasks"][held] = cell
         print(f"  {held}: " + "  ".join(f"{n} {cell[n]['accuracy'][0]:.3f}/{cell[n]['nll'][0]:.3f}" for n in probs),
               flush=True)
-    means = {name: {m: np.mean([per[name][s][m] for s in sets], axis=0) for m in ("accuracy", "nll", "ece")}
+    means = {name: {m: np.mean([per[name][s][m] for s in tasks], axis=0) for m in ("accuracy", "nll", "ece")}
              for name in per}
     zmean = means["zero_shot"]
     for name, mean in means.items():
@@ -278,7 +310,7 @@ def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, 
         if name != "zero_shot":
             doc["accuracy_minus_zero_shot"] = interval(mean["accuracy"] - zmean["accuracy"])
             doc["nll_minus_zero_shot"] = interval(mean["nll"] - zmean["nll"])
-            doc["worse_than_zero_shot"] = [s for s in sets if out["sets"][s][name]["accuracy_minus_zero_shot"][2] < 0]
+            doc["worse_than_zero_shot"] = [s for s in tasks if out["tasks"][s][name]["accuracy_minus_zero_shot"][2] < 0]
         out["mean"][name] = doc
     return out
 
@@ -299,7 +331,7 @@ def main() -> int:
     cache = FeatureCache(out.with_suffix(".features.npz"))
     t0 = time.perf_counter()
     reads = read_all(decider, cache, args.rows // 2)
-    print(f"{sum(r['y'].size for r in reads)} reads of {len(reads) // 2} criteria over {len(CRITERIA)} sets "
+    print(f"{sum(r['y'].size for r in reads)} reads of {len(reads) // 2} criteria over {len(CRITERIA)} sets, {len({task_of(s) for s in CRITERIA})} tasks "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
     if args.read_only:
         return 0

@@ -1,25 +1,28 @@
-"""benchmarks/general_head.py's leave-one-dataset-out evaluation on synthetic reads: a probe
+"""benchmarks/general_head.py's leave-one-task-out evaluation on synthetic reads: a probe
 learns a direction of the states that carries every criterion's truth, and it is fitted on the
-other sets only (a set whose states alone carry its truth gains nothing)."""
+other tasks only (a task whose states alone carry its truth gains nothing; sets of one task are
+held out together)."""
 
 import numpy as np
 
 from benchmarks import general_head as gh
 
 
-def _reads(rng, sets, carried, dims=24, n=40):
+def _reads(rng, sets, carried, dims=24, n=40, tasks=None):
     """Per set one criterion, one wording: P(yes) an uninformative 0.5 ± noise; the states carry
     the truth along a shared direction (``carried``) or along an axis of the set's own,
-    orthogonal to every other set's."""
+    orthogonal to every other set's; ``tasks`` maps a set to its task (else its own), and sets of
+    one task share their axis."""
+    tasks = tasks or {}
     shared = rng.normal(size=dims)
     out = []
-    for i, s in enumerate(sets):
+    for s in sets:
         y = np.repeat([0, 1], n // 2)
-        own = 3.0 * np.eye(dims)[i]
+        own = 3.0 * np.eye(dims)[sorted(set(tasks.get(t, t) for t in sets)).index(tasks.get(s, s))]
         direction = shared if carried else own
         h = rng.normal(size=(n, dims)) + np.outer(2 * y - 1, direction)
         p_yes = np.clip(0.5 + rng.normal(scale=0.05, size=n), 0.01, 0.99)
-        out.append({"set": s, "criterion": "c", "wording": 0, "y": y, "p_yes": p_yes,
+        out.append({"set": s, "task": tasks.get(s, s), "criterion": "c", "wording": 0, "y": y, "p_yes": p_yes,
                     "states": {"last": h, 14: h, 18: h}})
     return out
 
@@ -30,7 +33,7 @@ def test_a_shared_direction_is_learnt_across_sets_and_beats_zero_shot():
     probe, platt = res["mean"]["probe/18"], res["mean"]["platt"]
     assert probe["accuracy"][0] > 0.9 and probe["accuracy_minus_zero_shot"][1] > 0.3
     assert platt["accuracy"][0] < 0.7   # P(yes) says nothing: recalibrating it cannot help
-    assert set(res["sets"]) == {"a", "b", "c", "d"} and res["sets"]["a"]["reads"] == 40
+    assert set(res["tasks"]) == {"a", "b", "c", "d"} and res["tasks"]["a"]["reads"] == 40
 
 
 def test_a_direction_of_the_held_out_set_alone_is_not_learnt():
@@ -41,3 +44,15 @@ def test_a_direction_of_the_held_out_set_alone_is_not_learnt():
 
 def test_layers_of():
     assert gh.layers_of("probe/18+last") == [18, "last"] and gh.layers_of("platt") == []
+
+
+def test_sets_of_one_task_are_held_out_together(monkeypatch):
+    """Two sets over the same rows (one task) are scored together, and the probe that scores them
+    is fitted on neither."""
+    reads = _reads(np.random.default_rng(2), ["a", "a2", "b", "c"], True, tasks={"a2": "a"})
+    fitted_on = []
+    fit = gh.fit_readout
+    monkeypatch.setattr(gh, "fit_readout", lambda train, *a: fitted_on.append({r["set"] for r in train}) or fit(train, *a))
+    res = gh.evaluate(reads, ["probe/18"], components=8, boot=50)
+    assert list(res["tasks"]) == ["a", "b", "c"] and res["tasks"]["a"]["reads"] == 80
+    assert fitted_on == [{"b", "c"}, {"a", "a2", "c"}, {"a", "a2", "b"}]
