@@ -21,11 +21,16 @@ scores every read of the held-out task. Readouts:
     probe/L       σ(a · zl + w · x + b), x the top ``--components`` principal directions of the
                   standardized states L (14, 18, last, 18+last), fitted on the training tasks' rows;
                   C (inverse L2 strength) by an inner CV's log-loss, whole training tasks held out
+    cc            σ(a · zl + c · zl_cf + b), zl_cf the log-odds of the same question about the
+                  content-free state "N/A": contextual calibration, fitted across tasks
+    probe-cf/L    σ(a · zl + c · zl_cf + w · x + b), x as above of the states L minus the same
+                  question's content-free states (``--content-free``): a reference the server can
+                  read once per question and keep, as it keeps contextual calibration's p_cf
 
 Per held-out task: accuracy, NLL and ECE with their paired bootstrap intervals against zero-shot;
 over tasks: the means (each resample the mean of the tasks' resamples) and the pooled ECE.
 
-    python -m benchmarks.general_head --model DIR [--rows 32] [--read-only]
+    python -m benchmarks.general_head --model DIR [--rows 32] [--content-free] [--read-only]
 """
 
 from __future__ import annotations
@@ -149,6 +154,8 @@ def task_of(set_name: str) -> str:
 # pararule-deduction is left out: its truth is read off a "not" in the statement (every negated
 # statement false), a shortcut a probe trained on it would carry to other criteria.
 READOUTS = ("platt", "probe/14", "probe/18", "probe/last", "probe/18+last")
+CF_READOUTS = ("cc", "probe-cf/18", "probe-cf/last", "probe-cf/18+last")
+CONTENT_FREE = "N/A"  # the content-free state of contextual calibration (calibration.py's default)
 C_GRID = (0.001, 0.01, 0.1, 1.0)
 INNER_FOLDS = 4  # the inner CV that picks C: the training tasks in 4 groups, whole tasks held out
 
@@ -175,8 +182,12 @@ def criterion_rows(name: str, crit: Criterion, per_side: int) -> tuple[list[str]
     return states, own, np.array(truth)
 
 
-def read_all(decider: Decider | None, cache: FeatureCache, per_side: int) -> list[dict[str, Any]]:
-    """Every criterion's reads (each wording): set, criterion, truth, P(yes), states by layer."""
+def read_all(decider: Decider | None, cache: FeatureCache, per_side: int, *,
+             content_free: bool = False) -> list[dict[str, Any]]:
+    """Every criterion's reads (each wording): set, criterion, truth, P(yes), states by layer; with
+    ``content_free``, also ``cf``: the same P(yes) and states of each row's question asked about
+    the content-free state ``CONTENT_FREE`` (one read per distinct question: one per wording, or
+    one per row where the row brings its own question)."""
     reads = []
     for set_name, crits in CRITERIA.items():
         for crit in crits:
@@ -186,8 +197,15 @@ def read_all(decider: Decider | None, cache: FeatureCache, per_side: int) -> lis
                         for s, o in zip(states, own)]
                 question = {"type": "noul", "instructions": wording}
                 h, p, m = cache.read(decider, f"{set_name}/{crit.name}/{w}", question, rows, layers=True)
-                reads.append({"set": set_name, "task": task_of(set_name), "criterion": crit.name, "wording": w, "y": truth,
-                              "p_yes": p[:, 0], "states": {"last": h, 14: m[:, 0], 18: m[:, 1]}})
+                read = {"set": set_name, "task": task_of(set_name), "criterion": crit.name, "wording": w, "y": truth,
+                        "p_yes": p[:, 0], "states": {"last": h, 14: m[:, 0], 18: m[:, 1]}}
+                if content_free:
+                    asked = list(dict.fromkeys(r["instructions"] for r in rows))
+                    h, p, m = cache.read(decider, f"{set_name}/{crit.name}/{w}/cf", question,
+                                         [{"state": CONTENT_FREE, "instructions": a} for a in asked], layers=True)
+                    at = np.array([asked.index(r["instructions"]) for r in rows])
+                    read["cf"] = {"p_yes": p[at, 0], "states": {"last": h[at], 14: m[at, 0], 18: m[at, 1]}}
+                reads.append(read)
     return reads
 
 
@@ -196,10 +214,18 @@ def _zl(p_yes: np.ndarray) -> np.ndarray:
     return np.log(p) - np.log1p(-p)
 
 
-def _design(rows: list[dict[str, Any]], layers: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    zl = np.concatenate([_zl(r["p_yes"]) for r in rows])
-    h = np.concatenate([np.concatenate([r["states"][k] for k in layers], axis=1) for r in rows]) if layers else None
-    return zl, h, np.concatenate([r["y"] for r in rows])
+def _design(rows: list[dict[str, Any]], readout: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(z, h, y): z the zero-shot log-odds (n, 1), with the content-free ones beside them (n, 2)
+    for a ``cf`` readout; h the states of its layers (minus the content-free states for a ``cf``
+    readout), or None."""
+    layers, cf = layers_of(readout), readout.startswith(("cc", "probe-cf"))
+    z = np.concatenate([np.stack([_zl(r["p_yes"])] + ([_zl(r["cf"]["p_yes"])] if cf else []), 1) for r in rows])
+
+    def states(r: dict[str, Any]) -> np.ndarray:
+        return np.concatenate([r["states"][k] - (r["cf"]["states"][k] if cf else 0) for k in layers], axis=1)
+
+    h = np.concatenate([states(r) for r in rows]) if layers else None
+    return z, h, np.concatenate([r["y"] for r in rows])
 
 
 class Probe:
@@ -218,8 +244,8 @@ class Probe:
 
     def x(self, zl: np.ndarray, h: np.ndarray | None) -> np.ndarray:
         if h is None:
-            return zl[:, None]
-        return np.concatenate([zl[:, None], ((h - self.mean) / self.scale) @ self.v / np.sqrt(self.v.shape[1])], 1)
+            return zl
+        return np.concatenate([zl, ((h - self.mean) / self.scale) @ self.v / np.sqrt(self.v.shape[1])], 1)
 
     def fit(self, y: np.ndarray, c: float) -> Any:
         from sklearn.linear_model import LogisticRegression
@@ -235,22 +261,21 @@ def _log_loss(p: np.ndarray, y: np.ndarray) -> float:
 def fit_readout(train: list[dict[str, Any]], readout: str, components: int) -> tuple[Any, float]:
     """The readout fitted on ``train`` (a function of (zl, h) → P(yes)); a probe's C by the
     log-loss of an inner CV over the training tasks (``INNER_FOLDS`` groups of whole tasks)."""
-    layers = layers_of(readout)
-    if not layers:
-        zl, _, y = _design(train, [])
+    if not layers_of(readout):
+        zl, _, y = _design(train, readout)
         return _predictor(Probe(zl, None, components), y, 1e6), 1e6
     losses = np.zeros(len(C_GRID))
     tasks = sorted({r["task"] for r in train})
     fold = {t: i % INNER_FOLDS for i, t in enumerate(tasks)}   # whole tasks per fold
     for f in range(min(INNER_FOLDS, len(tasks))):
-        zl, h, y = _design([r for r in train if fold[r["task"]] != f], layers)
+        zl, h, y = _design([r for r in train if fold[r["task"]] != f], readout)
         inner = Probe(zl, h, components)
-        zl_t, h_t, y_t = _design([r for r in train if fold[r["task"]] == f], layers)
+        zl_t, h_t, y_t = _design([r for r in train if fold[r["task"]] == f], readout)
         x_t = inner.x(zl_t, h_t)
         for i, c in enumerate(C_GRID):
             losses[i] += _log_loss(inner.fit(y, c).predict_proba(x_t)[:, 1], y_t)
     c = C_GRID[int(np.argmin(losses))]
-    zl, h, y = _design(train, layers)
+    zl, h, y = _design(train, readout)
     return _predictor(Probe(zl, h, components), y, c), c
 
 
@@ -260,8 +285,8 @@ def _predictor(probe: Probe, y: np.ndarray, c: float) -> Any:
 
 
 def layers_of(readout: str) -> list[Any]:
-    """"probe/18+last" → [18, "last"]; "platt" → []."""
-    return [] if readout == "platt" else [k if k == "last" else int(k) for k in readout.split("/")[1].split("+")]
+    """"probe/18+last" → [18, "last"]; "platt", "cc" → []."""
+    return [] if "/" not in readout else [k if k == "last" else int(k) for k in readout.split("/")[1].split("+")]
 
 
 def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, boot: int) -> dict[str, Any]:
@@ -282,7 +307,7 @@ def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, 
         for readout in readouts:
             t0 = time.perf_counter()
             predict, c = fit_readout(train, readout, components)
-            zl, h, _ = _design(test, layers_of(readout))
+            zl, h, _ = _design(test, readout)
             probs[readout] = predict(zl, h)
             chosen[readout] = {"C": c, "fit_seconds": round(time.perf_counter() - t0, 2)}
         cell: dict[str, Any] = {"reads": int(y.size), "criteria": len({r["criterion"] for r in test})}
@@ -320,7 +345,10 @@ def main() -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--rows", type=int, default=32, help="reads per criterion and wording (half true, half false)")
     p.add_argument("--read-only", action="store_true", help="read and cache the features, evaluate nothing")
-    p.add_argument("--readouts", default=",".join(READOUTS))
+    p.add_argument("--content-free", action="store_true",
+                   help=f"also read each question about the content-free state {CONTENT_FREE!r}, and score the cf readouts")
+    p.add_argument("--readouts", help="comma-separated (default: " + ",".join(READOUTS) + ", with --content-free also "
+                   + ",".join(CF_READOUTS) + ")")
     p.add_argument("--components", type=int, default=64)
     p.add_argument("--boot", type=int, default=1000)
     harness.common_args(p, threads=None)
@@ -330,12 +358,13 @@ def main() -> int:
     out = args.out or harness.result_path("general_head", decider.model_key)
     cache = FeatureCache(out.with_suffix(".features.npz"))
     t0 = time.perf_counter()
-    reads = read_all(decider, cache, args.rows // 2)
+    reads = read_all(decider, cache, args.rows // 2, content_free=args.content_free)
     print(f"{sum(r['y'].size for r in reads)} reads of {len(reads) // 2} criteria over {len(CRITERIA)} sets, {len({task_of(s) for s in CRITERIA})} tasks "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
     if args.read_only:
         return 0
-    result = evaluate(reads, args.readouts.split(","), args.components, args.boot)
+    readouts = args.readouts.split(",") if args.readouts else [*READOUTS, *(CF_READOUTS if args.content_free else ())]
+    result = evaluate(reads, readouts, args.components, args.boot)
     result["criteria"] = {s: [c.name for c in cs] for s, cs in CRITERIA.items()}
     for name, doc in result["mean"].items():
         print(f"{name}: accuracy {doc['accuracy']}  nll {doc['nll']}  pooled ECE {doc['ece_pooled']}"

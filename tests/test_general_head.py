@@ -56,3 +56,30 @@ def test_sets_of_one_task_are_held_out_together(monkeypatch):
     res = gh.evaluate(reads, ["probe/18"], components=8, boot=50)
     assert list(res["tasks"]) == ["a", "b", "c"] and res["tasks"]["a"]["reads"] == 80
     assert fitted_on == [{"b", "c"}, {"a", "a2", "c"}, {"a", "a2", "b"}]
+
+
+def test_content_free_states_remove_a_per_question_offset():
+    """Each question shifts every state along the truth direction by its own amount (a bias no
+    threshold learnt across tasks can undo); the content-free read carries the same shift, so the
+    probe on states minus content-free states answers where the plain probe cannot."""
+    rng = np.random.default_rng(3)
+    dims, n = 24, 40
+    d = rng.normal(size=dims)
+    d /= np.linalg.norm(d)
+    reads = []
+    for s in ["a", "b", "c", "d", "e", "f"]:
+        y = np.repeat([0, 1], n // 2)
+        offset = rng.normal(size=dims) + d * rng.normal(scale=4.0)
+        h = rng.normal(size=(n, dims)) * 0.5 + np.outer(2 * y - 1, 1.5 * d) + offset
+        p_yes = np.clip(0.5 + rng.normal(scale=0.05, size=n), 0.01, 0.99)
+        cf = {"p_yes": np.full(n, 0.5), "states": {18: np.tile(offset, (n, 1))}}
+        reads.append({"set": s, "task": s, "criterion": "c", "wording": 0, "y": y, "p_yes": p_yes,
+                      "states": {18: h}, "cf": cf})
+    res = gh.evaluate(reads, ["probe/18", "probe-cf/18", "cc"], components=8, boot=50)
+    assert res["mean"]["probe-cf/18"]["accuracy"][0] > 0.9
+    assert res["mean"]["probe/18"]["accuracy"][0] < 0.8
+    assert res["mean"]["cc"]["accuracy"][0] < 0.7   # the content-free P(yes) says nothing here
+
+
+def test_readout_layers():
+    assert gh.layers_of("probe-cf/18+last") == [18, "last"] and gh.layers_of("cc") == []
