@@ -28,7 +28,9 @@ scores every read of the held-out task. Readouts:
                   read once per question and keep, as it keeps contextual calibration's p_cf
 
 Per held-out task: accuracy, NLL and ECE with their paired bootstrap intervals against zero-shot;
-over tasks: the means (each resample the mean of the tasks' resamples) and the pooled ECE.
+over tasks: the means (each resample the mean of the tasks' resamples: the rows' uncertainty, these
+tasks fixed), the same differences with the *tasks* resampled (``…_over_tasks``: what a criterion
+from outside the pool may expect), how many tasks gain and lose, and the pooled ECE.
 
     python -m benchmarks.general_head --model DIR [--rows 32] [--content-free] [--read-only]
 """
@@ -156,7 +158,7 @@ def task_of(set_name: str) -> str:
 READOUTS = ("platt", "probe/14", "probe/18", "probe/last", "probe/18+last")
 CF_READOUTS = ("cc", "probe-cf/18", "probe-cf/last", "probe-cf/18+last")
 CONTENT_FREE = "N/A"  # the content-free state of contextual calibration (calibration.py's default)
-C_GRID = (0.001, 0.01, 0.1, 1.0)
+C_GRID = (0.0001, 0.0003, 0.001, 0.003, 0.01, 0.1, 1.0)
 INNER_FOLDS = 4  # the inner CV that picks C: the training tasks in 4 groups, whole tasks held out
 
 
@@ -328,6 +330,7 @@ def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, 
     means = {name: {m: np.mean([per[name][s][m] for s in tasks], axis=0) for m in ("accuracy", "nll", "ece")}
              for name in per}
     zmean = means["zero_shot"]
+    task_idx = rng.integers(0, len(tasks), size=(boot, len(tasks)))
     for name, mean in means.items():
         doc = {m: interval(v) for m, v in mean.items()}
         pooled, floor = pooled_ece(tops[name], idxs)
@@ -336,6 +339,11 @@ def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, 
             doc["accuracy_minus_zero_shot"] = interval(mean["accuracy"] - zmean["accuracy"])
             doc["nll_minus_zero_shot"] = interval(mean["nll"] - zmean["nll"])
             doc["worse_than_zero_shot"] = [s for s in tasks if out["tasks"][s][name]["accuracy_minus_zero_shot"][2] < 0]
+            for m in ("accuracy", "nll"):   # the tasks resampled: how a task not in the pool may fare
+                d = np.array([per[name][t][m][-1] - per["zero_shot"][t][m][-1] for t in tasks])
+                doc[f"{m}_minus_zero_shot_over_tasks"] = interval(np.append(d[task_idx].mean(1), d.mean()))
+                if m == "accuracy":
+                    doc["tasks_better_worse"] = [int(np.sum(d > 0)), int(np.sum(d < 0))]
         out["mean"][name] = doc
     return out
 

@@ -83,3 +83,16 @@ def test_content_free_states_remove_a_per_question_offset():
 
 def test_readout_layers():
     assert gh.layers_of("probe-cf/18+last") == [18, "last"] and gh.layers_of("cc") == []
+
+
+def test_the_tasks_resampled_interval_is_wider_when_tasks_disagree():
+    """Half the tasks carry their truth along the shared direction, half along their own: over
+    these tasks fixed the probe gains, resampling the tasks the interval reaches below that."""
+    rng = np.random.default_rng(4)
+    reads = _reads(rng, ["a", "b", "c", "d"], True) + _reads(rng, ["e", "f", "g", "h"], False)
+    res = gh.evaluate(reads, ["probe/18"], components=8, boot=200)["mean"]["probe/18"]
+    rows, tasks = res["accuracy_minus_zero_shot"], res["accuracy_minus_zero_shot_over_tasks"]
+    assert abs(rows[0] - tasks[0]) < 1e-3   # the same mean of the tasks' differences
+    assert tasks[2] - tasks[1] > 2 * (rows[2] - rows[1])
+    better, worse = res["tasks_better_worse"]
+    assert better >= 4 and worse >= 1   # the shared tasks all gain; some of the others lose
