@@ -599,3 +599,13 @@ def test_a_row_question_goes_into_instructions_and_the_passage_stays_the_state()
         spec.row_request("m", {"state": "p", "gold": "no"}, 3)
     plain = QuestionSpec(type="noul", instructions="Spam?", options=[{"name": "yes"}, {"name": "no"}])
     assert plain.row_request("m", {"state": "s", "question": "ignored"})["questions"]["question"]["instructions"] == "Spam?"
+
+
+@pytest.mark.parametrize("parse, member", [(pcs.parse_commons_party, "en.csv"),
+                                           (pcs.parse_news_section, "NewsArticles.csv")])
+def test_a_zip_without_its_csv_is_refused_naming_the_member(parse, member):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("other.csv", "a,b\n1,2\n")
+    with pytest.raises(ValueError, match=rf"no {member} among \['other.csv'\]"):
+        parse(buf.getvalue())

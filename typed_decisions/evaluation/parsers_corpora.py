@@ -82,6 +82,15 @@ COMMONS_MAX_WORDS = 300
 _PARTY_NAMES = re.compile(r"\b(?:Labour|Conservatives?|Tory|Tories)\b")
 
 
+def zipped_csv(data: bytes, member: str, what: str) -> csv.DictReader[str]:
+    """The rows of a UTF-8 CSV ``member`` of a zip's bytes (an error naming ``what`` without it)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        if member not in zf.namelist():
+            raise ValueError(f"{what}: no {member} among {zf.namelist()}")
+        text = zf.read(member).decode("utf-8")
+    return csv.DictReader(io.StringIO(text))
+
+
 def redact_party(text: str, speaker: str) -> str:
     """The speech with the two parties' names and its speaker's name replaced by ``[...]``.
 
@@ -108,12 +117,8 @@ def parse_commons_party(data: bytes) -> list[Row]:
     >>> [(r["state"][:63], r["gold"]) for r in parse_commons_party(buf.getvalue())]
     [('House of Commons, 2001-05-01: I thank my hon. Friend; the [...]', 'labour')]
     """
-    with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        if "en.csv" not in zf.namelist():
-            raise ValueError(f"parlspeech zip: no en.csv among {zf.namelist()}")
-        text = zf.read("en.csv").decode("utf-8")
     rows = []
-    for n, r in enumerate(csv.DictReader(io.StringIO(text)), 2):
+    for n, r in enumerate(zipped_csv(data, "en.csv", "parlspeech zip"), 2):
         if r.get("chair") not in ("TRUE", "FALSE"):
             raise ValueError(f"en.csv row {n}: chair must be TRUE or FALSE, got {r.get('chair')!r}")
         if r["chair"] == "TRUE" or r.get("party") not in COMMONS_PARTIES:
@@ -148,12 +153,8 @@ def parse_news_section(data: bytes, min_rows: int = NEWS_MIN_ROWS) -> list[Row]:
     >>> parse_news_section(buf.getvalue(), min_rows=1)
     [{'state': 'Oil up\nMOSCOW. /TASS/. Brent gains.', 'gold': 'business', 'site': 'TASS'}]
     """
-    with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        if "NewsArticles.csv" not in zf.namelist():
-            raise ValueError(f"NewsArticles.zip: no NewsArticles.csv among {zf.namelist()}")
-        text = zf.read("NewsArticles.csv").decode("utf-8")
     rows = []
-    for n, r in enumerate(csv.DictReader(io.StringIO(text)), 2):
+    for n, r in enumerate(zipped_csv(data, "NewsArticles.csv", "NewsArticles.zip"), 2):
         url = urlsplit(r["article_source_link"].strip())
         if url.netloc not in NEWS_SITES:
             continue
