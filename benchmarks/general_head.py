@@ -146,20 +146,20 @@ CRITERIA: dict[str, list[Criterion]] = {
            "Is this sentence a guess rather than an established fact?", 4),
     ],
 }
+# pararule-deduction is left out: its truth is read off a "not" in the statement (every negated
+# statement false), a shortcut a probe trained on it would carry to other criteria.
 # Sets read from the same rows are one task for leave-one-task-out: held out together, so a probe
 # never scores rows it was trained on under a sister criterion.
 TASK = {"freshqa-false-premise": "freshqa", "freshqa-fact-type": "freshqa"}
-
-
-def task_of(set_name: str) -> str:
-    return TASK.get(set_name, set_name)
-# pararule-deduction is left out: its truth is read off a "not" in the statement (every negated
-# statement false), a shortcut a probe trained on it would carry to other criteria.
 READOUTS = ("platt", "probe/14", "probe/18", "probe/last", "probe/18+last")
 CF_READOUTS = ("cc", "probe-cf/18", "probe-cf/last", "probe-cf/18+last")
 CONTENT_FREE = "N/A"  # the content-free state of contextual calibration (calibration.py's default)
 C_GRID = (0.0001, 0.0003, 0.001, 0.003, 0.01, 0.1, 1.0)
 INNER_FOLDS = 4  # the inner CV that picks C: the training tasks in 4 groups, whole tasks held out
+
+
+def task_of(set_name: str) -> str:
+    return TASK.get(set_name, set_name)
 
 
 def criterion_rows(name: str, crit: Criterion, per_side: int) -> tuple[list[str], list[str | None], np.ndarray]:
@@ -200,15 +200,20 @@ def read_all(decider: Decider | None, cache: FeatureCache, per_side: int, *,
                 question = {"type": "noul", "instructions": wording}
                 h, p, m = cache.read(decider, f"{set_name}/{crit.name}/{w}", question, rows, layers=True)
                 read = {"set": set_name, "task": task_of(set_name), "criterion": crit.name, "wording": w, "y": truth,
-                        "p_yes": p[:, 0], "states": {"last": h, 14: m[:, 0], 18: m[:, 1]}}
+                        **_answer_and_states(h, p, m)}
                 if content_free:
-                    asked = list(dict.fromkeys(r["instructions"] for r in rows))
+                    asked = {a: i for i, a in enumerate(dict.fromkeys(r["instructions"] for r in rows))}
                     h, p, m = cache.read(decider, f"{set_name}/{crit.name}/{w}/cf", question,
                                          [{"state": CONTENT_FREE, "instructions": a} for a in asked], layers=True)
-                    at = np.array([asked.index(r["instructions"]) for r in rows])
-                    read["cf"] = {"p_yes": p[at, 0], "states": {"last": h[at], 14: m[at, 0], 18: m[at, 1]}}
+                    at = np.array([asked[r["instructions"]] for r in rows])
+                    read["cf"] = _answer_and_states(h[at], p[at], m[at])
                 reads.append(read)
     return reads
+
+
+def _answer_and_states(h: np.ndarray, p: np.ndarray, m: np.ndarray) -> dict[str, Any]:
+    """A cached read as the evaluation takes it: P(yes) and the states by layer (``m``: 14, 18)."""
+    return {"p_yes": p[:, 0], "states": {"last": h, 14: m[:, 0], 18: m[:, 1]}}
 
 
 def _zl(p_yes: np.ndarray) -> np.ndarray:
@@ -231,10 +236,11 @@ def _design(rows: list[dict[str, Any]], readout: str) -> tuple[np.ndarray, np.nd
 
 
 class Probe:
-    """σ(a·zl + w·x + b), x = the standardized states' top principal directions (fitted on the
-    training rows only, scaled by 1/√d), one logistic regression per strength C."""
+    """σ(a·z + w·x + b), z the zero-shot log-odds (and the content-free ones, for a cf readout),
+    x the standardized states' top principal directions (fitted on the training rows only, scaled
+    by 1/√d), one logistic regression per strength C."""
 
-    def __init__(self, zl: np.ndarray, h: np.ndarray | None, components: int) -> None:
+    def __init__(self, z: np.ndarray, h: np.ndarray | None, components: int) -> None:
         if h is not None:
             self.mean, sd = h.mean(0), h.std(0)
             self.scale = np.maximum(sd, 1e-6 * sd.max())
@@ -242,12 +248,12 @@ class Probe:
 
             _, _, vt = randomized_svd((h - self.mean) / self.scale, components, random_state=0)
             self.v = vt.T                                                       # (H, d)
-        self.train_x = self.x(zl, h)
+        self.train_x = self.x(z, h)
 
-    def x(self, zl: np.ndarray, h: np.ndarray | None) -> np.ndarray:
+    def x(self, z: np.ndarray, h: np.ndarray | None) -> np.ndarray:
         if h is None:
-            return zl
-        return np.concatenate([zl, ((h - self.mean) / self.scale) @ self.v / np.sqrt(self.v.shape[1])], 1)
+            return z
+        return np.concatenate([z, ((h - self.mean) / self.scale) @ self.v / np.sqrt(self.v.shape[1])], 1)
 
     def fit(self, y: np.ndarray, c: float) -> Any:
         from sklearn.linear_model import LogisticRegression
@@ -261,29 +267,29 @@ def _log_loss(p: np.ndarray, y: np.ndarray) -> float:
 
 
 def fit_readout(train: list[dict[str, Any]], readout: str, components: int) -> tuple[Any, float]:
-    """The readout fitted on ``train`` (a function of (zl, h) → P(yes)); a probe's C by the
+    """The readout fitted on ``train`` (a function of (z, h) → P(yes)); a probe's C by the
     log-loss of an inner CV over the training tasks (``INNER_FOLDS`` groups of whole tasks)."""
     if not layers_of(readout):
-        zl, _, y = _design(train, readout)
-        return _predictor(Probe(zl, None, components), y, 1e6), 1e6
+        z, _, y = _design(train, readout)
+        return _predictor(Probe(z, None, components), y, 1e6), 1e6
     losses = np.zeros(len(C_GRID))
     tasks = sorted({r["task"] for r in train})
     fold = {t: i % INNER_FOLDS for i, t in enumerate(tasks)}   # whole tasks per fold
     for f in range(min(INNER_FOLDS, len(tasks))):
-        zl, h, y = _design([r for r in train if fold[r["task"]] != f], readout)
-        inner = Probe(zl, h, components)
-        zl_t, h_t, y_t = _design([r for r in train if fold[r["task"]] == f], readout)
-        x_t = inner.x(zl_t, h_t)
+        z, h, y = _design([r for r in train if fold[r["task"]] != f], readout)
+        inner = Probe(z, h, components)
+        z_t, h_t, y_t = _design([r for r in train if fold[r["task"]] == f], readout)
+        x_t = inner.x(z_t, h_t)
         for i, c in enumerate(C_GRID):
             losses[i] += _log_loss(inner.fit(y, c).predict_proba(x_t)[:, 1], y_t)
     c = C_GRID[int(np.argmin(losses))]
-    zl, h, y = _design(train, readout)
-    return _predictor(Probe(zl, h, components), y, c), c
+    z, h, y = _design(train, readout)
+    return _predictor(Probe(z, h, components), y, c), c
 
 
 def _predictor(probe: Probe, y: np.ndarray, c: float) -> Any:
     lr = probe.fit(y, c)
-    return lambda zl, h: lr.predict_proba(probe.x(zl, h))[:, 1]
+    return lambda z, h: lr.predict_proba(probe.x(z, h))[:, 1]
 
 
 def layers_of(readout: str) -> list[Any]:
@@ -309,8 +315,8 @@ def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, 
         for readout in readouts:
             t0 = time.perf_counter()
             predict, c = fit_readout(train, readout, components)
-            zl, h, _ = _design(test, readout)
-            probs[readout] = predict(zl, h)
+            z, h, _ = _design(test, readout)
+            probs[readout] = predict(z, h)
             chosen[readout] = {"C": c, "fit_seconds": round(time.perf_counter() - t0, 2)}
         cell: dict[str, Any] = {"reads": int(y.size), "criteria": len({r["criterion"] for r in test})}
         for name, p in probs.items():   # zero_shot first: the others are paired with it
@@ -367,8 +373,8 @@ def main() -> int:
     cache = FeatureCache(out.with_suffix(".features.npz"))
     t0 = time.perf_counter()
     reads = read_all(decider, cache, args.rows // 2, content_free=args.content_free)
-    print(f"{sum(r['y'].size for r in reads)} reads of {len(reads) // 2} criteria over {len(CRITERIA)} sets, {len({task_of(s) for s in CRITERIA})} tasks "
-          f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    print(f"{sum(r['y'].size for r in reads)} reads of {len(reads) // 2} criteria over {len(CRITERIA)} sets, "
+          f"{len({task_of(s) for s in CRITERIA})} tasks ({time.perf_counter() - t0:.0f} s)", flush=True)
     if args.read_only:
         return 0
     readouts = args.readouts.split(",") if args.readouts else [*READOUTS, *(CF_READOUTS if args.content_free else ())]
