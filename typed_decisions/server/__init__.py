@@ -4,6 +4,7 @@
     service.py        the request path of the routes that run the model: auth, limits, queue, audit, drain
     decisions_api.py  POST /v1/decisions (OpenAI's Decisions API) translated in: a body → a System One request
     decisions_out.py  ... and out: the SDK's Decision, and errors in OpenAI's shape
+    decisions_schema.py  its body as OpenAI's SDK sends it, for /openapi.json only (the route translates by hand)
     set_aside.py      /v1/decisions: questions the compiler refuses become refusals; cached tokens per request
     keys.py           API keys as salted hashes, constant-time lookup, ``typed-decisions keys``
     limits.py         per-key concurrency and requests per minute (token bucket)
