@@ -358,11 +358,14 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
 def create_app(decider_or_factory: Any, *, settings: ServerSettings | None = None,
                dispatch: Callable[[Job], Awaitable[Any]] | None = None,
                collectors: Iterable[Collector] = ()) -> FastAPI:
-    """The app for one model: a loaded ``Decider`` (or any object with ``name`` and ``run_many``),
-    or a zero-argument factory returning one (loaded in the background; /readyz says when).
+    """The app for one model: a loaded ``Decider`` (or any object with ``name`` and ``run_many``;
+    one that also has ``answer_jobs(jobs)`` gets the micro-batcher's batches as Jobs, to answer
+    where its model is), or a zero-argument factory returning one (loaded in the background;
+    /readyz says when).
 
     ``dispatch``: for a decider that batches downstream (Ray Serve with ``@serve.batch``), a
-    coroutine answering one ``Job``; each request is handed to it at once instead of to the
+    coroutine answering one ``Job`` as ``answer_jobs`` would (a ``set_aside`` Job with its
+    refused questions set aside); each request is handed to it at once instead of to the
     micro-batcher (``batching.Unbatched``).
 
     ``collectors``: Prometheus collectors (objects with ``collect()``, and ``describe()``) whose
