@@ -311,6 +311,48 @@ def test_both_batching_paths_batch_and_equal_decider_run(apps, tiny_decider, bat
     assert calls1 - calls0 < len(bodies), f"{batching}: no batch of more than one request formed"
 
 
+# --------------------------------------------------------------------------- /v1/decisions refusals
+
+# A label the tokenizer cannot place after the prompt ("\n\nx" merges with the newline that ends
+# the assistant header; tests/test_server_decisions.py): the compiler refuses that question alone.
+REFUSED = {"type": "choice", "name": "broken", "instructions": "Which?",
+           "choices": [{"value": "\n\nx"}, {"value": "y"}]}
+ASKED = [{"type": "predicate", "name": "refund", "instructions": "Does the customer ask for money back?"}, REFUSED,
+         {"type": "choice", "name": "team", "instructions": "Which team?",
+          "choices": [{"value": "billing"}, {"value": "tech", "description": "bugs, outages"}]}]
+
+
+@pytest.mark.parametrize("batching", ["serve", "micro"])  # "serve" first: the deployment the test above left
+def test_a_refused_question_is_refused_alone_as_by_the_local_server(apps, tiny_decider, tiny_server, batching):
+    """/v1/decisions through Serve with one question the compiler refuses between two it answers:
+    that question is a refusal and the others are answered, on both batching paths, the Decision
+    equal to the one the local server (``typed-decisions serve`` on the same export) sends back:
+    answers (probabilities within 1e-5) and ``input_tokens`` (the answered questions' prompts)."""
+    url = apps.ensure(num_replicas=2, affinity=True, batching=batching)
+    body = {"model": tiny_decider.name, "input": "I was charged twice; please refund one payment. " * 3,
+            "questions": ASKED}
+    auth = {"authorization": f"Bearer {KEY}"}
+    local = httpx.post(tiny_server + "/v1/decisions", json=body, headers={"authorization": "Bearer sk-test"},
+                       timeout=60)
+    served = httpx.post(url + "/v1/decisions", json=body, headers=auth, timeout=60)
+    assert local.status_code == 200, local.text
+    assert served.status_code == 200, (batching, served.text)
+    want, got = local.json(), served.json()
+    assert [a["type"] for a in got["answers"]] == ["predicate", "refusal", "choice"]
+    assert got["answers"][1] == want["answers"][1] == {"type": "refusal", "name": "broken"}
+    assert got["answers"][0]["probability"] == pytest.approx(want["answers"][0]["probability"], abs=1e-5)
+    team, local_team = got["answers"][2], want["answers"][2]
+    assert team["choice"] == local_team["choice"]
+    assert [p["value"] for p in team["probabilities"]] == ["billing", "tech"]
+    assert [p["probability"] for p in team["probabilities"]] == pytest.approx(
+        [p["probability"] for p in local_team["probabilities"]], abs=1e-5)
+    assert got["usage"]["input_tokens"] == want["usage"]["input_tokens"] > 0
+    only = httpx.post(url + "/v1/decisions", json={**body, "questions": [REFUSED]}, headers=auth, timeout=60)
+    assert only.status_code == 200, only.text
+    assert only.json()["answers"] == [{"type": "refusal", "name": "broken"}]
+    assert only.json()["usage"]["input_tokens"] == 0
+
+
 # --------------------------------------------------------------------------- fitted presets
 
 TEAM = {"name": "team", "version": 1, "question": {
