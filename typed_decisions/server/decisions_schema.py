@@ -5,11 +5,12 @@ The route does not parse with these: ``decisions_api.py`` translates the raw bod
 every refusal is OpenAI's 400 naming the field in its own words (``questions[1].choices[0].value``:
 two values shown alike, an image for a text-only model, a tool output without its call). These
 models say what a client may send, as the ``openai`` package's ``types/decision_create_params.py``
-(3.63) and the param types it imports write it; tests/test_decisions_schema.py compares the two
-schemas, field by field, with the one pydantic derives from that package's TypedDicts (the core
+(3.63) and the param types it imports write it; tests/test_decisions_schema.py compares this
+schema, field by field, with the one pydantic derives from that package's TypedDicts (the core
 never imports ``openai``). Where this server reads a field differently, the field's description
-says so; the shapes stay OpenAI's. Three bounds of the spec's prose are written as schema bounds
-(2-255 choices, at least one question and one input item); a score's two levels are this server's.
+says so; the shapes stay OpenAI's. Bounds only in the spec's prose become schema bounds (2-255
+choices, at least one question), and so do this server's own (an input array and a score's levels
+are refused empty / below two); ``--max-questions`` and ``--max-options`` are the operator's, unwritten.
 
 Names start with ``Decision`` (``Choice``, ``Score`` are System One's in the same schema).
 """
