@@ -61,6 +61,7 @@ from ..explain import Explanation
 from ..schema import DecisionRequest, DecisionResponse
 from . import decisions_out
 from .decisions_out import Decision
+from .decisions_schema import DecisionCreateParams
 from .service import Job, PresetRequest, Service
 from .settings import ANONYMOUS_WARNING, ServerSettings
 
@@ -323,21 +324,28 @@ def _add_operations_routes(app: FastAPI, service: Service) -> None:
                                  media_type=CONTENT_TYPE_LATEST)
 
 
+def _add_component(components: dict[str, Any], model: type[BaseModel]) -> None:
+    """``model``'s schema and its definitions as components; a definition may not replace another
+    of the same name (``/v1/decisions``'s models are named ``Decision...`` for that)."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    for name, definition in {**schema.pop("$defs", {}), model.__name__: schema}.items():
+        assert components.setdefault(name, definition) == definition, f"two OpenAPI components named {name}"
+
+
 def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
     """FastAPI's schema plus the request bodies (the handlers read the raw bodies themselves,
-    through the service's bounds)."""
+    through the service's bounds; ``/v1/decisions`` translates its own by hand, and its published
+    body, ``decisions_schema.py``, is what OpenAI's SDK sends)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
                                  description=app.description)
-            req = DecisionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
             components = schema.setdefault("components", {}).setdefault("schemas", {})
-            components.update(req.pop("$defs", {}))
-            components["DecisionRequest"] = req
-            components["PresetRequest"] = PresetRequest.model_json_schema()
+            for model in (DecisionRequest, PresetRequest, DecisionCreateParams):
+                _add_component(components, model)
             for path, model in (("/v1/systemone", "DecisionRequest"), ("/v1/explain", "DecisionRequest"),
-                                ("/v1/presets/{name}", "PresetRequest")):
+                                ("/v1/presets/{name}", "PresetRequest"), ("/v1/decisions", "DecisionCreateParams")):
                 schema["paths"][path]["post"]["requestBody"] = {
                     "required": True,
                     "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model}"}}}}
@@ -350,11 +358,14 @@ def _openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
 def create_app(decider_or_factory: Any, *, settings: ServerSettings | None = None,
                dispatch: Callable[[Job], Awaitable[Any]] | None = None,
                collectors: Iterable[Collector] = ()) -> FastAPI:
-    """The app for one model: a loaded ``Decider`` (or any object with ``name`` and ``run_many``),
-    or a zero-argument factory returning one (loaded in the background; /readyz says when).
+    """The app for one model: a loaded ``Decider`` (or any object with ``name`` and ``run_many``;
+    one that also has ``answer_jobs(jobs)`` gets the micro-batcher's batches as Jobs, to answer
+    where its model is), or a zero-argument factory returning one (loaded in the background;
+    /readyz says when).
 
     ``dispatch``: for a decider that batches downstream (Ray Serve with ``@serve.batch``), a
-    coroutine answering one ``Job``; each request is handed to it at once instead of to the
+    coroutine answering one ``Job`` as ``answer_jobs`` would (a ``set_aside`` Job with its
+    refused questions set aside); each request is handed to it at once instead of to the
     micro-batcher (``batching.Unbatched``).
 
     ``collectors``: Prometheus collectors (objects with ``collect()``, and ``describe()``) whose

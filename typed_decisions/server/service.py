@@ -6,7 +6,7 @@ model request between them, written once for every route that runs the model (``
 
     auth (401: hashed keys, ``keys.py``) → accepting? (503) → the key's limits (``limits.py``: 429)
     → in-flight +1 → the body: bounded in bytes and time (``body.py``: 413/415/400/408), in JSON
-    (``inputs.py``: 422) → queue (``batching``: 429) → ``Decider.run_many`` on the engine thread
+    (``inputs.py``: 422) → queue (``batching``: 429) → ``jobs.answer_jobs`` on the engine thread
     → answer → in-flight −1, per-key metrics, one audit line
 
 Shutdown refuses new requests (503) and waits for the in-flight ones (``settings.shutdown_timeout_s``),
@@ -27,7 +27,7 @@ import datetime as dt
 import ipaddress
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,22 +36,21 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from ..compiler import LabelMode
 from ..decider import parse_request
 from pydantic import BaseModel, ValidationError
 
 from ..errors import (AuthenticationError, InvalidRequestError, ModelNotFoundError, RateLimitedError,
                       TypedDecisionsError, UnavailableError, http_status)
 from ..presets import Preset, load_preset, prepare_preset
-from ..answers import QuestionHead
 from ..models import CATALOGUE
 from ..schema import DecisionRequest, DecisionResponse, Usage, json_sha256
 from .batching import MicroBatcher, Unbatched
 from . import decisions_api, decisions_out
 from .body import decode_body, read_body
 from .inputs import check_json, check_questions, parse_json, shown
+from .jobs import Job, answer_jobs
 from .keys import find_key
-from .set_aside import Answered, Prepared, prepare
+from .set_aside import Answered, Prepared
 from .limits import KeyLimits, Limiter
 from .observability import AuditLog, Metrics
 from .settings import ANONYMOUS_WARNING, ENV_PREFIX, ServerSettings, is_loopback
@@ -62,18 +61,6 @@ CLIENT_CLOSED = 499  # nginx's "client closed request": logged and counted, neve
 
 SELF_TEST = {"state": "The server is starting.",
              "questions": {"ready": {"type": "noul", "instructions": "Is the server starting?"}}}
-
-
-@dataclass(frozen=True)
-class Job:
-    """One queued request: the parsed wire request, the label mode to compile it with (None: the
-    decider's own; presets may ask for another), and whether to explain it (``/v1/explain``)."""
-
-    request: DecisionRequest
-    label_mode: LabelMode | None = None
-    explain: bool = False
-    heads: Mapping[str, QuestionHead] | None = None  # a preset's head or fixed calibration, by question name
-    set_aside: bool = False  # /v1/decisions: refuse unanswerable questions alone (set_aside.py)
 
 
 class ClientGone(Exception):
@@ -210,31 +197,12 @@ class Service:
         self.metrics.batch_seconds.observe(seconds)
 
     def run_jobs(self, jobs: Sequence[Job]) -> list[Any]:
-        """One batch on the engine thread: ONE ``run_many`` per label mode present (one call in
-        all when every job uses the decider's own mode, as every ``/v1/systemone`` request does);
-        explain jobs one by one (``Decider.explain``: an ``Explanation``)."""
-        out: list[Any] = [None] * len(jobs)
-        for i, job in enumerate(jobs):
-            if job.explain:
-                kwargs = {} if job.label_mode is None else {"label_mode": job.label_mode}
-                out[i] = self.decider.explain(job.request, **kwargs)
-        # /v1/decisions jobs: questions the compiler refuses are set aside, and the prefix cache's
-        # share read, before the call (which restores every request before it stores any)
-        prepared = {i: prepare(self.decider, j.request, j.label_mode) for i, j in enumerate(jobs) if j.set_aside}
-        requests = [prepared[i].request if i in prepared else j.request for i, j in enumerate(jobs)]
-        for mode in dict.fromkeys(j.label_mode for j in jobs if not j.explain):
-            idx = [i for i, j in enumerate(jobs) if j.label_mode == mode and not j.explain
-                   and requests[i] is not None]
-            if not idx:
-                continue
-            kwargs: dict[str, Any] = {} if mode is None else {"label_mode": mode}
-            if any(jobs[i].heads for i in idx):
-                kwargs["heads"] = [jobs[i].heads for i in idx]
-            for i, response in zip(idx, self.decider.run_many([requests[i] for i in idx], **kwargs)):
-                out[i] = response
-        for i, p in prepared.items():
-            out[i] = Answered(out[i], p)
-        return out  # type: ignore[return-value]
+        """One batch on the engine thread (``jobs.answer_jobs``: ONE ``run_many`` per label mode
+        present, explain jobs one by one, ``/v1/decisions`` jobs prepared by ``set_aside``). A
+        decider that answers Jobs itself, where its model is (Ray Serve's ``RemoteDecider``),
+        gets the batch as it is: the set-aside needs the model's compiler and prefix cache."""
+        own = getattr(self.decider, "answer_jobs", None)
+        return list(own(jobs)) if own is not None else answer_jobs(self.decider, jobs)
 
     # -- checks before any work
 
@@ -390,7 +358,7 @@ class Service:
                 result = await self._submit(Job(parsed, set_aside=True), request)
             except InvalidRequestError as e:
                 raise decisions_api.retarget(e, translated) from None
-            if not isinstance(result, Answered):  # a dispatch (Ray Serve) answers without the set-aside
+            if not isinstance(result, Answered):  # a decider or dispatch that ignores set_aside
                 result = Answered(result, Prepared(parsed))
             p = result.prepared
             handled.response = result.response or DecisionResponse(model=parsed.model, answers={},

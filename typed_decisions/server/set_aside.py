@@ -3,7 +3,7 @@
 System One refuses a whole request (422) when one question cannot be compiled — say a choice
 label the tokenizer cannot place at the answer boundary. OpenAI's Decisions API instead answers
 the other questions and returns ``{"type": "refusal"}`` for that one. ``prepare`` does this
-before the engine sees the request, on the engine thread (``Service.run_jobs``)::
+before the engine sees the request, beside the model (``jobs.answer_jobs``; behind Ray, on the replica)::
 
     compile the request ─ ok ─▶ answer it
         └ InvalidRequestError located in question k (not a context-length error) ─▶ set k aside,

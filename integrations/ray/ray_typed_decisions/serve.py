@@ -20,6 +20,9 @@ queue length and a state's requests land on whichever replica is idle.
 request alone (``create_app(dispatch=RemoteDecider.submit)``) and Ray's ``@serve.batch`` on
 ``DeciderReplica.decide`` gathers what reaches a replica into one ``run_many``. The default stays
 ``"micro"``: it was faster on every measured trial (``benchmarks/studies/ray_serve_batching.py``, docs/ray.md).
+Either way the ingress hands the server's queued ``Job``s on and the replica answers them with the
+server's own ``answer_jobs``, beside its model: a ``/v1/decisions`` question the compiler refuses
+is a refusal there too (the others answered), and ``cached_tokens`` is the replica's prefix cache's.
 
 Each Decider replica reserves ``num_cpus_per_replica`` Ray CPUs and runs ONNX Runtime with exactly
 that many intra-op threads (Ray sets OMP_NUM_THREADS, which ONNX Runtime ignores). Its engine call
@@ -57,7 +60,7 @@ from typed_decisions.engine import EngineStats
 from typed_decisions.answers import QuestionHead
 from typed_decisions.presets import DeciderSettings
 from typed_decisions.schema import DecisionRequest, DecisionResponse, json_sha256
-from typed_decisions.server import Job, ServerSettings, answer_each, create_app
+from typed_decisions.server import Job, ServerSettings, answer_each, answer_jobs, create_app
 
 CONSISTENT_HASH_ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
 # A replica that died mid-request (killed, OOM, node lost): its requests are pure reads, so they
@@ -98,14 +101,30 @@ class Reply:
     batched: int = 0
 
 
-class DeciderReplica:
-    """One ``Decider`` per replica; ``run_many`` / ``decide`` / ``explain`` run on a worker thread.
+class _Counted:
+    """The replica's ``Decider`` as ``answer_jobs`` uses it (compiler, settings, prefix cache,
+    ``explain``: the Decider's own), but each ``run_many`` counted for ``/metrics``."""
 
-    Two ways in, one per ``batching`` choice: ``run_many`` takes a batch the ingress's
-    micro-batcher made (one state's group of it); ``decide`` takes one request, and Ray's
-    ``@serve.batch`` gathers the requests that reach this replica together (up to
-    ``max_batch`` requests, or what arrived within ``max_wait_s`` of the first, the micro-batcher's
-    own settings) into ONE ``Decider.run_many``, whatever their states.
+    def __init__(self, replica: DeciderReplica):
+        self._replica = replica
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._replica.decider, name)
+
+    def run_many(self, requests: list[DecisionRequest], *, label_mode: LabelMode | None = None,
+                 heads: Sequence[Heads] | None = None) -> list[Any]:
+        return self._replica._run_many(requests, label_mode, heads)
+
+
+class DeciderReplica:
+    """One ``Decider`` per replica; its calls run on a worker thread.
+
+    Two ways in, one per ``batching`` choice, both answering the server's ``Job``s with its
+    ``answer_jobs``: ``run_jobs`` takes a batch the ingress's micro-batcher made (one state's group
+    of it); ``decide`` takes one job, and Ray's ``@serve.batch`` gathers the jobs that reach this
+    replica together (up to ``max_batch``, or what arrived within ``max_wait_s`` of the first, the
+    micro-batcher's own settings) into ONE ``Decider.run_many``, whatever their states.
+    ``run_many`` / ``explain`` serve ``RemoteDecider``'s own (a Decider's methods).
     """
 
     def __init__(self, model: str, threads: int, decider_kwargs: dict[str, Any],
@@ -116,6 +135,7 @@ class DeciderReplica:
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.batches = self.batched = 0
         self._count = threading.Lock()
+        self._counted = _Counted(self)
         self.decide_batch.set_max_batch_size(max_batch)  # per replica process (Ray's documented way)
         self.decide_batch.set_batch_wait_timeout_s(max_wait_s)
 
@@ -147,28 +167,21 @@ class DeciderReplica:
                        heads: Sequence[Heads] | None = None) -> Reply:
         return self._reply(await asyncio.to_thread(self._run_many, requests, label_mode, heads))
 
-    def _answer_batch(self, requests: list[DecisionRequest], label_modes: list[LabelMode | None],
-                      heads: list[Heads]) -> list[Any]:
-        """One ``run_many`` per label mode present (one in all, usually); a request that fails
-        fails alone (``answer_each``): its slot holds its exception, its batch-mates their answers."""
-        out: list[Any] = [None] * len(requests)
-        for mode in dict.fromkeys(label_modes):
-            idx = [i for i, m in enumerate(label_modes) if m == mode]
-            results = answer_each(lambda ix, mode=mode: self._run_many([requests[i] for i in ix], mode,
-                                                                        [heads[i] for i in ix]), idx)
-            for i, result in zip(idx, results):
-                out[i] = result
-        return out
+    async def run_jobs(self, jobs: list[Job]) -> Reply:
+        """A micro-batch's group, answered as the server's engine thread answers its batch."""
+        return self._reply(await asyncio.to_thread(answer_jobs, self._counted, jobs))
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)  # set from the settings in __init__
-    async def decide_batch(self, requests: list[DecisionRequest], label_modes: list[LabelMode | None],
-                           heads: list[Heads]) -> list[Reply]:
-        results = await asyncio.to_thread(self._answer_batch, requests, label_modes, heads)
+    async def decide_batch(self, jobs: list[Job]) -> list[Reply]:
+        """ONE ``answer_jobs`` for the batch (one ``run_many`` per label mode present: one in all,
+        usually); a job that fails fails alone (``answer_each``): its slot holds its exception,
+        its batch-mates their answers."""
+        results = await asyncio.to_thread(answer_each, lambda js: answer_jobs(self._counted, js), jobs)
         return [self._reply([r]) for r in results]
 
-    async def decide(self, request: DecisionRequest, label_mode: LabelMode | None, heads: Heads = None) -> Reply:
-        """One request, answered in a ``@serve.batch`` batch with the others waiting here."""
-        return await self.decide_batch(request, label_mode, heads)
+    async def decide(self, job: Job) -> Reply:
+        """One job, answered in a ``@serve.batch`` batch with the others waiting here."""
+        return await self.decide_batch(job)
 
     async def explain(self, request: DecisionRequest, label_mode: LabelMode | None) -> Reply:
         kwargs = {} if label_mode is None else {"label_mode": label_mode}
@@ -249,8 +262,10 @@ class ReplicaMetrics:
 class RemoteDecider:
     """What the server's ``Service`` holds as its decider: the Decider deployment behind a handle.
 
-    ``run_many`` is called on the server's engine thread (never on the event loop), so it may wait
-    on ``DeploymentResponse.result()``; the groups of one batch run on their replicas concurrently.
+    ``answer_jobs`` (the micro-batcher's batch) is called on the server's engine thread (never on
+    the event loop), so it may wait on ``DeploymentResponse.result()``; the groups of one batch run
+    on their replicas concurrently. ``submit`` is the ``dispatch`` of ``batching="serve"``.
+    ``run_many`` / ``explain`` make it a Decider for other callers (``answer_preset``).
     """
 
     def __init__(self, handle: DeploymentHandle, info: dict[str, Any], *, affinity: bool):
@@ -280,6 +295,21 @@ class RemoteDecider:
         self.engine.record(reply)
         return reply.results
 
+    def answer_jobs(self, jobs: Sequence[Job]) -> list[Any]:
+        """The server's ``answer_jobs`` on the replicas: the batch split by state, each group sent
+        to its state's replica, answered there beside the model (a ``/v1/decisions`` job's
+        refused questions set aside, its prefix-cache share read); answers in job order."""
+        groups: dict[str, list[int]] = {}
+        for i, job in enumerate(jobs):
+            groups.setdefault(routing_key(job.request), []).append(i)
+        args = {key: [jobs[i] for i in idx] for key, idx in groups.items()}
+        calls = {key: self._call("run_jobs", key, args[key]) for key in groups}
+        out: list[Any] = [None] * len(jobs)
+        for key, idx in groups.items():
+            for i, result in zip(idx, self._result(calls[key], "run_jobs", key, args[key])):
+                out[i] = result
+        return out
+
     def run_many(self, requests: Sequence[DecisionRequest], *, label_mode: LabelMode | None = None,
                  heads: Sequence[Heads] | None = None) -> list[DecisionResponse]:
         """``Decider.run_many`` on the replicas: the batch split by state, each group (with its
@@ -307,11 +337,9 @@ class RemoteDecider:
         """``batching="serve"``: one job straight to its replica's ``decide`` (``@serve.batch``
         batches there), awaited on the event loop; the server's ``Unbatched`` calls this."""
         key = routing_key(job.request)
-        method, args = (("explain", (job.request, job.label_mode)) if job.explain
-                        else ("decide", (job.request, job.label_mode, job.heads)))
         for attempt in range(REPLICA_RETRIES + 1):
             try:
-                reply: Reply = await self._call(method, key, *args)
+                reply: Reply = await self._call("decide", key, job)
                 break
             except RayTaskError as e:
                 raise _unwrap(e) from None

@@ -8,6 +8,8 @@
   Ray's ConsistentHashRouter every state stays on one replica (its first request misses, the
   other four find the state's prefix in the cache);
   with Serve's default router the states spread over both replicas and miss more.
+- ``/v1/decisions`` on both batching paths: a question the compiler refuses is refused alone, the
+  Decision equal to the local server's (the replicas answer the server's Jobs with ``answer_jobs``).
 """
 
 from __future__ import annotations
@@ -309,6 +311,54 @@ def test_both_batching_paths_batch_and_equal_decider_run(apps, tiny_decider, bat
             assert _probabilities(got)[name] == pytest.approx(probs, abs=1e-5), (batching, name)
     assert requests1 - requests0 == len(bodies)
     assert calls1 - calls0 < len(bodies), f"{batching}: no batch of more than one request formed"
+
+
+# --------------------------------------------------------------------------- /v1/decisions refusals
+
+# A label the tokenizer cannot place after the prompt ("\n\nx" merges with the newline that ends
+# the assistant header; tests/test_server_decisions.py): the compiler refuses that question alone.
+REFUSED = {"type": "choice", "name": "broken", "instructions": "Which?",
+           "choices": [{"value": "\n\nx"}, {"value": "y"}]}
+ASKED = [{"type": "predicate", "name": "refund", "instructions": "Does the customer ask for money back?"}, REFUSED,
+         {"type": "choice", "name": "team", "instructions": "Which team?",
+          "choices": [{"value": "billing"}, {"value": "tech", "description": "bugs, outages"}]}]
+
+
+@pytest.mark.parametrize("batching", ["serve", "micro"])  # "serve" first: the deployment the test above left
+def test_a_refused_question_is_refused_alone_as_by_the_local_server(apps, tiny_decider, tiny_server, batching):
+    """/v1/decisions through Serve with one question the compiler refuses between two it answers:
+    that question is a refusal and the others are answered, on both batching paths, the Decision
+    equal to the one the local server (``typed-decisions serve`` on the same export) sends back:
+    answers (probabilities within 1e-5) and ``input_tokens`` (the answered questions' prompts).
+    Asked again, the state's replica finds it in its prefix cache (``cached_tokens``, read there)."""
+    url = apps.ensure(num_replicas=2, affinity=True, batching=batching)
+    state = f"I was charged twice ({batching}); please refund one payment. " * 3
+    body = {"model": tiny_decider.name, "input": state, "questions": ASKED}
+    auth = {"authorization": f"Bearer {KEY}"}
+    local = httpx.post(tiny_server + "/v1/decisions", json=body, headers={"authorization": "Bearer sk-test"},
+                       timeout=60)
+    served = httpx.post(url + "/v1/decisions", json=body, headers=auth, timeout=60)
+    assert local.status_code == 200, local.text
+    assert served.status_code == 200, (batching, served.text)
+    want, got = local.json(), served.json()
+    kinds = [a["type"] for a in got["answers"]]
+    assert kinds == [a["type"] for a in want["answers"]] == ["predicate", "refusal", "choice"]
+    assert got["answers"][1] == want["answers"][1] == {"type": "refusal", "name": "broken"}
+    assert got["answers"][0]["probability"] == pytest.approx(want["answers"][0]["probability"], abs=1e-5)
+    team, local_team = got["answers"][2], want["answers"][2]
+    assert team["choice"] == local_team["choice"]
+    assert [p["value"] for p in team["probabilities"]] == ["billing", "tech"]
+    assert [p["probability"] for p in team["probabilities"]] == pytest.approx(
+        [p["probability"] for p in local_team["probabilities"]], abs=1e-5)
+    assert got["usage"]["input_tokens"] == want["usage"]["input_tokens"] > 0
+    again = httpx.post(url + "/v1/decisions", json=body, headers=auth, timeout=60).json()
+    assert again["answers"][1] == {"type": "refusal", "name": "broken"}
+    state_tokens = len(tiny_decider.tokenizer.encode_plain(state))
+    assert again["usage"]["input_tokens_details"]["cached_tokens"] >= 2 * state_tokens  # two answered prompts
+    only = httpx.post(url + "/v1/decisions", json={**body, "questions": [REFUSED]}, headers=auth, timeout=60)
+    assert only.status_code == 200, only.text
+    assert only.json()["answers"] == [{"type": "refusal", "name": "broken"}]
+    assert only.json()["usage"]["input_tokens"] == 0
 
 
 # --------------------------------------------------------------------------- fitted presets
