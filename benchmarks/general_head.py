@@ -319,24 +319,47 @@ def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, 
             probs[readout] = predict(z, h)
             chosen[readout] = {"C": c, "fit_seconds": round(time.perf_counter() - t0, 2)}
         cell: dict[str, Any] = {"reads": int(y.size), "criteria": len({r["criterion"] for r in test})}
-        for name, p in probs.items():   # zero_shot first: the others are paired with it
-            pp = np.stack([p, 1 - p], axis=1)
-            gold = 1 - y  # class 0 is "yes"
-            s = per[name][held] = scores(pp, gold, idx)
-            tops[name].append(top1(pp, gold))
-            cell[name] = {m: interval(v) for m, v in s.items()}
-            if name != "zero_shot":
-                zero = per["zero_shot"][held]
-                cell[name].update(chosen[name])
-                cell[name]["accuracy_minus_zero_shot"] = interval(s["accuracy"] - zero["accuracy"])
-                cell[name]["nll_minus_zero_shot"] = interval(s["nll"] - zero["nll"])
+        yes_no = {name: np.stack([p, 1 - p], axis=1) for name, p in probs.items()}
+        cell.update(score_held_out(yes_no, 1 - y, idx, held, per, tops))   # class 0 is "yes"
+        for readout in readouts:
+            cell[readout].update(chosen[readout])
         out["tasks"][held] = cell
         print(f"  {held}: " + "  ".join(f"{n} {cell[n]['accuracy'][0]:.3f}/{cell[n]['nll'][0]:.3f}" for n in probs),
               flush=True)
+    out["mean"] = over_tasks(per, tops, idxs, out["tasks"], rng, boot)
+    return out
+
+
+def score_held_out(probs: dict[str, np.ndarray], gold: np.ndarray, idx: np.ndarray, held: str,
+                   per: dict[str, dict[str, Any]], tops: dict[str, list[np.ndarray]]) -> dict[str, Any]:
+    """Each readout's accuracy, NLL and ECE on a held-out task's rows (``probs``: (n, C) by
+    readout, ``zero_shot`` first; ``gold`` class indices; ``idx`` the bootstrap resamples), with
+    the paired differences against zero-shot; the scores are kept in ``per``/``tops`` for
+    ``over_tasks``."""
+    cell: dict[str, Any] = {}
+    for name, p in probs.items():
+        s = per[name][held] = scores(p, gold, idx)
+        tops[name].append(top1(p, gold))
+        cell[name] = {m: interval(v) for m, v in s.items()}
+        if name != "zero_shot":
+            zero = per["zero_shot"][held]
+            cell[name]["accuracy_minus_zero_shot"] = interval(s["accuracy"] - zero["accuracy"])
+            cell[name]["nll_minus_zero_shot"] = interval(s["nll"] - zero["nll"])
+    return cell
+
+
+def over_tasks(per: dict[str, dict[str, Any]], tops: dict[str, list[np.ndarray]], idxs: list[np.ndarray],
+               cells: dict[str, Any], rng: np.random.Generator, boot: int) -> dict[str, Any]:
+    """Per readout over the held-out tasks (``cells``, as ``score_held_out`` scored them): the
+    means (each resample the mean of the tasks' resamples: the rows' uncertainty, these tasks
+    fixed), the differences with the *tasks* resampled (what a task from outside the pool may
+    expect), the tasks worse beyond their interval, how many gain and lose, the pooled ECE."""
+    tasks = list(cells)
     means = {name: {m: np.mean([per[name][s][m] for s in tasks], axis=0) for m in ("accuracy", "nll", "ece")}
              for name in per}
     zmean = means["zero_shot"]
     task_idx = rng.integers(0, len(tasks), size=(boot, len(tasks)))
+    out = {}
     for name, mean in means.items():
         doc = {m: interval(v) for m, v in mean.items()}
         pooled, floor = pooled_ece(tops[name], idxs)
@@ -344,13 +367,13 @@ def evaluate(reads: list[dict[str, Any]], readouts: list[str], components: int, 
         if name != "zero_shot":
             doc["accuracy_minus_zero_shot"] = interval(mean["accuracy"] - zmean["accuracy"])
             doc["nll_minus_zero_shot"] = interval(mean["nll"] - zmean["nll"])
-            doc["worse_than_zero_shot"] = [s for s in tasks if out["tasks"][s][name]["accuracy_minus_zero_shot"][2] < 0]
-            for m in ("accuracy", "nll"):   # the tasks resampled: how a task not in the pool may fare
+            doc["worse_than_zero_shot"] = [s for s in tasks if cells[s][name]["accuracy_minus_zero_shot"][2] < 0]
+            for m in ("accuracy", "nll"):
                 d = np.array([per[name][t][m][-1] - per["zero_shot"][t][m][-1] for t in tasks])
                 doc[f"{m}_minus_zero_shot_over_tasks"] = interval(np.append(d[task_idx].mean(1), d.mean()))
                 if m == "accuracy":
                     doc["tasks_better_worse"] = [int(np.sum(d > 0)), int(np.sum(d < 0))]
-        out["mean"][name] = doc
+        out[name] = doc
     return out
 
 

@@ -21,8 +21,8 @@ averaged over the wordings; softmax over the options gives the answer. Readouts:
 
 Rows: the first ``--rows``/K rows of each class (calibration split, then test), so accuracy is a
 balanced accuracy (for a score, of the most probable level). Per set: accuracy, NLL and ECE
-with paired bootstrap intervals against zero-shot; per question type, over its sets: the means,
-the differences with the sets resampled, and the pooled ECE.
+with paired bootstrap intervals against zero-shot; per question type, over its sets (each its own
+task): the means, the differences with the tasks resampled, and the pooled ECE.
 
     python -m benchmarks.general_head_options --model DIR --pool-features NPZ [--types choice,score] [--rows 64] [--wordings 2]
 """
@@ -41,7 +41,7 @@ import numpy as np
 
 from benchmarks import general_head as gh
 from benchmarks import harness
-from benchmarks.fit_curves import FeatureCache, interval, pooled_ece, scores, top1
+from benchmarks.fit_curves import FeatureCache
 from typed_decisions.decider import Decider
 from typed_decisions.evaluation.datasets import load_dataset
 from typed_decisions.evaluation.fit_cli import head_rows
@@ -123,9 +123,10 @@ def option_logits(read: dict[str, Any], readout: str, predict: Any = None) -> np
 
 def evaluate(sets: list[dict[str, Any]], pool: list[dict[str, Any]], readouts: list[str], components: int,
              boot: int) -> dict[str, Any]:
+    """Each set held out in turn (the probe fitted on the pool's other tasks), scored as
+    ``general_head`` scores a task: per set, and over the sets (``general_head.over_tasks``)."""
     rng = np.random.default_rng(0)
-    out: dict[str, Any] = {"sets": {}, "mean": {}}
-    names = [s["set"] for s in sets]
+    out: dict[str, Any] = {"tasks": {}}
     per: dict[str, dict[str, Any]] = {r: {} for r in ("zero_shot", "noul-zs", *readouts)}
     tops: dict[str, list[np.ndarray]] = {r: [] for r in per}
     idxs = []
@@ -134,39 +135,21 @@ def evaluate(sets: list[dict[str, Any]], pool: list[dict[str, Any]], readouts: l
         idx = rng.integers(0, gold.size, size=(boot, gold.size))
         idxs.append(idx)
         probs = {"zero_shot": s["verbalized"], "noul-zs": _softmax(option_logits(s, "noul-zs"))}
-        cell: dict[str, Any] = {"rows": int(gold.size), "options": int(s["verbalized"].shape[1])}
+        chosen = {}
         train = [r for r in pool if r["task"] != s["task"]]   # the held-out task's criteria never seen
         for readout in readouts:
             t0 = time.perf_counter()
             predict, c = gh.fit_readout(train, readout, components)
             probs[readout] = _softmax(option_logits(s, readout, predict))
-            cell[readout] = {"C": c, "fit_seconds": round(time.perf_counter() - t0, 2)}
-        for name, p in probs.items():   # zero_shot first: the others are paired with it
-            sc = per[name][s["set"]] = scores(p, gold, idx)
-            tops[name].append(top1(p, gold))
-            cell[name] = {**cell.get(name, {}), **{m: interval(v) for m, v in sc.items()}}
-            if name != "zero_shot":
-                zero = per["zero_shot"][s["set"]]
-                cell[name]["accuracy_minus_zero_shot"] = interval(sc["accuracy"] - zero["accuracy"])
-                cell[name]["nll_minus_zero_shot"] = interval(sc["nll"] - zero["nll"])
-        out["sets"][s["set"]] = cell
+            chosen[readout] = {"C": c, "fit_seconds": round(time.perf_counter() - t0, 2)}
+        cell: dict[str, Any] = {"rows": int(gold.size), "options": int(s["verbalized"].shape[1])}
+        cell.update(gh.score_held_out(probs, gold, idx, s["task"], per, tops))
+        for readout in readouts:
+            cell[readout].update(chosen[readout])
+        out["tasks"][s["task"]] = cell
         print(f"  {s['set']}: " + "  ".join(f"{n} {cell[n]['accuracy'][0]:.3f}/{cell[n]['nll'][0]:.3f}"
                                             for n in probs), flush=True)
-    set_idx = rng.integers(0, len(sets), size=(boot, len(sets)))
-    zmean = {m: np.mean([per["zero_shot"][n][m] for n in names], axis=0) for m in ("accuracy", "nll")}
-    for name in per:
-        mean = {m: np.mean([per[name][n][m] for n in names], axis=0) for m in ("accuracy", "nll", "ece")}
-        doc = {m: interval(v) for m, v in mean.items()}
-        pooled, floor = pooled_ece(tops[name], idxs)
-        doc["ece_pooled"], doc["ece_pooled_floor"] = interval(pooled), round(floor, 4)
-        if name != "zero_shot":
-            for m in ("accuracy", "nll"):
-                doc[f"{m}_minus_zero_shot"] = interval(mean[m] - zmean[m])
-                d = np.array([per[name][n][m][-1] - per["zero_shot"][n][m][-1] for n in names])
-                doc[f"{m}_minus_zero_shot_over_sets"] = interval(np.append(d[set_idx].mean(1), d.mean()))
-            d = np.array([per[name][n]["accuracy"][-1] - per["zero_shot"][n]["accuracy"][-1] for n in names])
-            doc["sets_better_worse"] = [int(np.sum(d > 0)), int(np.sum(d < 0))]
-        out["mean"][name] = doc
+    out["mean"] = gh.over_tasks(per, tops, idxs, out["tasks"], rng, boot)
     return out
 
 
@@ -205,7 +188,7 @@ def main() -> int:
         result[kind] = evaluate(sets, pool, args.readouts.split(","), args.components, args.boot)
         for name, doc in result[kind]["mean"].items():
             print(f"  {name}: accuracy {doc['accuracy']}  nll {doc['nll']}  pooled ECE {doc['ece_pooled']}"
-                  + (f"  Δacc over sets {doc['accuracy_minus_zero_shot_over_sets']}" if name != "zero_shot" else ""),
+                  + (f"  Δacc tasks resampled {doc['accuracy_minus_zero_shot_over_tasks']}" if name != "zero_shot" else ""),
                   flush=True)
     harness.write_result("general_head", decider.model_key, result, out=out, load_avg_start=load_start,
                          command=harness.command("benchmarks.general_head_options"))

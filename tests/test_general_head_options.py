@@ -59,7 +59,7 @@ def test_the_probe_answers_a_choice_from_its_options_and_is_fitted_without_the_h
     probe, zero = res["mean"]["probe/18"], res["mean"]["zero_shot"]
     assert probe["accuracy"][0] > 0.9 and zero["accuracy"][0] < 0.6
     assert res["mean"]["noul-zs"]["accuracy"][0] < 0.6           # P(yes) is 0.5 for every option
-    assert res["sets"]["y"]["options"] == 4 and probe["sets_better_worse"] == [2, 0]
+    assert res["tasks"]["y"]["options"] == 4 and probe["tasks_better_worse"] == [2, 0]
 
 
 def test_option_logits_average_the_wordings():
