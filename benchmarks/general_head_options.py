@@ -169,11 +169,12 @@ def main() -> int:
     args = p.parse_args()
     load_start = os.getloadavg()
     decider = Decider.load(args.model, threads=args.threads)
-    out = args.out or harness.result_path("general_head", decider.model_key + "-options")
+    types = args.types.split(",")
+    out = args.out or harness.result_path("general_head", f"{decider.model_key}-{'+'.join(types)}")
     cache = FeatureCache(out.with_suffix(".features.npz"))
     t0 = time.perf_counter()
     by_type: dict[str, list[dict[str, Any]]] = {}
-    for kind in args.types.split(","):
+    for kind in types:
         for name in SETS[kind]:
             k = len(load_dataset(name, "calibration").question.options)
             by_type.setdefault(kind, []).append(read_set(decider, cache, name, math.ceil(args.rows / k), args.wordings))
