@@ -306,12 +306,16 @@ def run_reference(run: Run, model: Any, mode: str) -> None:
             continue
         times, (logits, computed) = timed(lambda c=ctx, a=allowed: ref.logits(c, a), run.peer_trials,
                                           f"reference {wl}", warmup=run.args.warmup)
-        dp = run.max_abs_dp(wl, mode, probabilities_from(plan, logits))
+        probs = probabilities_from(plan, logits)
+        dp = run.max_abs_dp(wl, mode, probs)
         med = float(np.median(times))
         per_token.append(med / computed)
+        ours = run.ours_probs.get((wl, mode, "fp32"))
+        apart = {} if dp is None or dp <= 1e-5 else {   # both sides' numbers, to tell which one moved
+            "probabilities_where_apart": {k: {"ours": ours[k].tolist(), "reference": probs[k].tolist()} for k in probs}}
         run.record("reference", wl, times, tokens_computed=computed, contexts=len(ctx),
                    tokens_logical=sum(len(c) for c in ctx), requests_per_s=round(1 / med, 3),
-                   prefill_gflops=round(2 * run.params * computed / med / 1e9, 2), max_abs_dp_vs_ours_fp32=dp)
+                   prefill_gflops=round(2 * run.params * computed / med / 1e9, 2), max_abs_dp_vs_ours_fp32=dp, **apart)
     for wl, r in R.items():  # estimated times of skipped requests, from the measured per-token cost
         if "reference_estimated" in r and per_token:
             r["reference_estimated"]["median_s"] = r["reference_estimated"]["padded_tokens"] * float(np.median(per_token))
