@@ -6,7 +6,7 @@ import numpy as np
 
 from benchmarks import general_head as gh
 from benchmarks import general_head_options as gho
-from benchmarks.general_head_reference import with_reference
+from benchmarks.general_head_reference import with_reference, with_share
 from typed_decisions.spec import OptionSpec, QuestionSpec
 
 DIMS = 16
@@ -81,3 +81,24 @@ def test_a_reference_takes_its_share_of_true_rows_and_is_their_mean():
         mean_state = ref["cf"]["states"][18][0, 0]
         assert ref["cf"]["states"][18].shape == states.shape and np.all(ref["cf"]["states"][18] == mean_state)
         assert (mean_state >= 50) == (expect == 1.0) and read["states"][18] is states   # the read is not altered
+
+
+def test_a_natural_prior_scores_rows_with_the_references_share():
+    y = np.repeat([0, 1], 32)
+    states = np.arange(64, dtype=float)[:, None]
+    read = {"y": y, "p_yes": np.where(y == 1, 0.8, 0.2), "states": {18: states}}
+    for share, (n_true, n_false) in ((0.8, (32, 8)), (0.2, (8, 32)), (0.5, (32, 32)), (0.95, (32, 2))):
+        kept = with_share(read, share, np.random.default_rng(1))
+        assert (int(kept["y"].sum()), int((kept["y"] == 0).sum())) == (n_true, n_false)
+        assert np.all(kept["p_yes"] == np.where(kept["y"] == 1, 0.8, 0.2))           # rows stay whole
+        assert np.all((kept["states"][18][:, 0] >= 32) == (kept["y"] == 1))
+    ref = with_reference(read, 20, 0.8, np.random.default_rng(2), natural=True)
+    assert ref["y"].size == 40 and ref["cf"]["states"][18].shape == (40, 1)
+    # the reference: 20 of the 40 rows kept, drawn whatever their classes (the share of true rows in
+    # it varies around the rows' 0.8), where the balanced prior draws exactly 16 true rows
+    read["states"] = {18: y[:, None].astype(float)}
+    shares = [with_reference(read, 20, 0.8, np.random.default_rng(s), natural=True)["cf"]["states"][18][0, 0]
+              for s in range(200)]
+    assert abs(np.mean(shares) - 0.8) < 0.02 and np.std(shares) > 0.03
+    assert with_reference(read, 20, 0.8, np.random.default_rng(0))["cf"]["states"][18][0, 0] == 0.8
+    assert read["y"].size == 64                                                          # not altered
