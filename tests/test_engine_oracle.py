@@ -35,13 +35,15 @@ _FORWARDS: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}  # (model, ids) ->
 
 def torch_next_token_probs(model, ids: list[int]) -> np.ndarray:
     """Full-vocabulary next-token distribution after ``ids`` (float64): one full forward pass per
-    distinct context (the chain rule and the node-by-node check below ask the same nodes)."""
+    distinct context (the chain rule and the node-by-node check below ask the same nodes), the
+    LM head applied to the last position only (``logits_to_keep``: the other positions' logits,
+    a vocabulary-wide product per token, are never read)."""
     import torch
 
     key = (id(model), tuple(ids))
     if key not in _FORWARDS:
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+            logits = model(input_ids=torch.tensor([ids]), logits_to_keep=1).logits[0, -1].double()
         _FORWARDS[key] = torch.softmax(logits, dim=-1).numpy()
     return _FORWARDS[key].copy()
 

@@ -1,5 +1,10 @@
 """Tree blocks on the tiny real model: packed answers = unpacked (radix-batched rows) answers =
-an independent transformers forward of each full prompt, within 1e-5 (float32).
+transformers on the same weights, within 1e-5 (float32).
+
+The oracle here is transformers with its own KV cache (``kv_oracle_option_probs``: one prefill of
+the prompt, each label-trie node a step from a copy of it), independent of the engine's caches and
+tree masks. The full-prompt oracle without any cache (test_engine_oracle.py, which checks the
+engine's default, packed, path) would re-read these long prompts once per trie node.
 
 Packed: after a node's KV is ready, its pending subtree (question suffixes, label branches, or a
 whole request under a shared head) runs as one row with a tree mask (typed_decisions/engine/tree_block.py).
@@ -12,9 +17,10 @@ import numpy as np
 import pytest
 from td_invariance import TOL, A, B, C, request, vector
 from td_threads import THREADS
-from test_engine_oracle import STATES, THREE, compiled, oracle_option_probs
+from test_engine_oracle import STATES, THREE, compiled
 
 from typed_decisions.decider import Decider
+from typed_decisions.readout import LabelTrie
 
 pytestmark = pytest.mark.model
 
@@ -26,6 +32,33 @@ CASES = {
     "many questions": (MANY, "names"),
     "200 letter options": ({"p": {"type": "choice", "criteria": {f"item {j}": None for j in range(200)}}}, "letters"),
 }
+
+
+def kv_oracle_option_probs(model, prompt: list[int], paths, owners, n_options: int) -> np.ndarray:
+    """The chain rule over the label trie with transformers' own KV cache: P(path) = Π p(t_k |
+    prompt + t_<k), each factor a full-vocabulary softmax (float64) renormalized over the node's
+    children, the node's tokens run from a copy of the prompt's cache; summed per owner."""
+    import copy
+
+    import torch
+
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
+
+    def probs_after(node: tuple[int, ...]) -> np.ndarray:
+        logits = out.logits[0, -1]
+        if node:
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([list(node)]), past_key_values=copy.deepcopy(out.past_key_values),
+                               use_cache=True, logits_to_keep=1).logits[0, -1]
+        return torch.softmax(logits.double(), dim=-1).numpy()
+
+    trie = LabelTrie.build(paths, owners)
+    cond = {u: dict(zip(kids, (p := probs_after(u)[list(kids)]) / p.sum())) for u, kids in trie.children.items()}
+    oracle = np.zeros(n_options)
+    for path, o in zip(trie.paths, trie.owners):
+        oracle[o] += np.prod([cond[path[:k]][path[k]] for k in range(len(path))])
+    return oracle / oracle.sum()
 
 
 def deciders(tiny_model_dir) -> tuple[Decider, Decider]:
@@ -48,24 +81,19 @@ def test_packed_equals_unpacked_and_the_full_prompt_oracle(tiny_model_dir, tiny_
     comp = compiled(packed, req, mode)
     for q in comp.questions:
         prompt = list(comp.prefix_ids + q.suffix_ids)
-        oracle = oracle_option_probs(tiny_torch, prompt, q.label_paths.paths, q.label_paths.owners, len(q.options))
+        oracle = kv_oracle_option_probs(tiny_torch, prompt, q.label_paths.paths, q.label_paths.owners, len(q.options))
         np.testing.assert_allclose(got[q.name], ref[q.name], atol=TOL, rtol=0)
         np.testing.assert_allclose(got[q.name], oracle, atol=TOL, rtol=0)
 
 
 def test_five_hundred_letter_options(tiny_model_dir, tiny_torch):
     """500 options (two-letter labels, upper and lower case), packed: the label step is one tree
-    block after a ~3,700-token question. The oracle is transformers with its own KV cache for the
-    shared prompt (a full forward per trie node would take minutes here).
+    block after a ~3,700-token question, against kv_oracle_option_probs.
 
     The cost is the two ~3,700-token prefills (ours, the oracle's): attention makes it grow with the
     square of the option count, so 1,000 options took ~7 min on an AVX2 CPU (Zen 1) for no other
     code path. That 1,000 options compile to distinct labels is tested in test_engine_scale.py;
     packed = unpacked is held, with the same oracle, at 200 letter options above."""
-    import copy
-
-    import torch
-
     req = {"model": "m", "state": "I need p42.", "questions": {
         "p": {"type": "choice", "criteria": {f"p{j}": None for j in range(500)}}}}
     d = Decider.from_dir(tiny_model_dir, threads=THREADS)
@@ -75,27 +103,8 @@ def test_five_hundred_letter_options(tiny_model_dir, tiny_torch):
     (q,) = compiled(d, req, "letters").questions
     assert len(set(q.labels)) == 500
     prompt = list(compiled(d, req, "letters").prefix_ids + q.suffix_ids)
-    with torch.no_grad():
-        out = tiny_torch(input_ids=torch.tensor([prompt]), use_cache=True)
-    cache = out.past_key_values
-
-    def probs_after(node: tuple[int, ...]) -> np.ndarray:
-        if not node:
-            logits = out.logits[0, -1]
-        else:
-            with torch.no_grad():
-                logits = tiny_torch(input_ids=torch.tensor([list(node)]), past_key_values=copy.deepcopy(cache),
-                                    use_cache=True).logits[0, -1]
-        return torch.softmax(logits.double(), dim=-1).numpy()
-
-    from typed_decisions.readout import LabelTrie
-
-    trie = LabelTrie.build(q.label_paths.paths, q.label_paths.owners)
-    cond = {u: dict(zip(kids, (p := probs_after(u)[list(kids)]) / p.sum())) for u, kids in trie.children.items()}
-    oracle = np.zeros(len(q.options))
-    for path, o in zip(trie.paths, trie.owners):
-        oracle[o] += np.prod([cond[path[:k]][path[k]] for k in range(len(path))])
-    np.testing.assert_allclose(got, oracle / oracle.sum(), atol=TOL, rtol=0)
+    oracle = kv_oracle_option_probs(tiny_torch, prompt, q.label_paths.paths, q.label_paths.owners, len(q.options))
+    np.testing.assert_allclose(got, oracle, atol=TOL, rtol=0)
 
 
 def test_requests_under_one_head_pack_three_levels_deep(tiny_model_dir, tiny_torch):
@@ -118,7 +127,7 @@ def test_requests_under_one_head_pack_three_levels_deep(tiny_model_dir, tiny_tor
         alone = packed.probabilities(req, label_mode="names")
         for q in comp.questions:
             prompt = list(comp.prefix_ids + q.suffix_ids)
-            oracle = oracle_option_probs(tiny_torch, prompt, q.label_paths.paths, q.label_paths.owners, len(q.options))
+            oracle = kv_oracle_option_probs(tiny_torch, prompt, q.label_paths.paths, q.label_paths.owners, len(q.options))
             np.testing.assert_allclose(alone[q.name], oracle, atol=TOL, rtol=0)
 
 
