@@ -2,6 +2,8 @@
 
     serve.py    Ray Serve: the project's HTTP app as ingress over N ``Decider`` replicas, routed
                 by state with Ray's ConsistentHashRouter (``build_app``, ``app_builder``)
+    replica.py  the model side: ``DeciderReplica`` answers the server's Jobs beside its model
+    replica_metrics.py  the replicas' engine counters, summed and per replica in ``/metrics``
     data.py     Ray Data: ``label_dataset`` adds typed answer columns to every row (``Labeller``
                 actors, one ``Decider`` each)
     columns.py  the fixed Arrow schema of those columns (``output_schema``, ``LABEL_COLUMNS_DOC``)

@@ -37,17 +37,12 @@ the cache, tokens computed / logical, engine calls) and summed in the server's u
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import math
 import os
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from prometheus_client.core import CounterMetricFamily
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray import serve
 from ray.exceptions import RayActorError, RayTaskError
@@ -56,18 +51,18 @@ from ray.serve.deployment import Application
 from ray.serve.handle import DeploymentHandle
 
 from typed_decisions.compiler import LabelMode
-from typed_decisions.engine import EngineStats
-from typed_decisions.answers import QuestionHead
 from typed_decisions.presets import DeciderSettings
 from typed_decisions.schema import DecisionRequest, DecisionResponse, json_sha256
-from typed_decisions.server import Job, ServerSettings, answer_each, answer_jobs, create_app
+from typed_decisions.server import Job, ServerSettings, create_app
+
+from .replica import DeciderReplica, Heads, Reply
+from .replica_metrics import ClusterEngine, ReplicaMetrics
 
 CONSISTENT_HASH_ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
 # A replica that died mid-request (killed, OOM, node lost): its requests are pure reads, so they
 # are sent again, to the replica that owns the key now; this many times, then the error stands.
 REPLICA_RETRIES = 2
 Batching = Literal["micro", "serve"]
-Heads = Mapping[str, QuestionHead] | None  # one request's heads by question name (a preset's head or calibration)
 
 
 def routing_key(request: DecisionRequest) -> str:
@@ -85,109 +80,6 @@ def routing_key(request: DecisionRequest) -> str:
     return json_sha256(request.state)
 
 
-# --------------------------------------------------------------------------- the model replicas
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What a Decider replica answers: the results, and its counters after computing them
-    (engine counters; ``batches`` / ``batched``: its ``run_many`` calls and the requests in them,
-    so that requests per engine call can be read from ``/metrics`` whichever side batches)."""
-
-    results: list[Any]
-    replica: str
-    stats: EngineStats
-    batches: int = 0
-    batched: int = 0
-
-
-class _Counted:
-    """The replica's ``Decider`` as ``answer_jobs`` uses it (compiler, settings, prefix cache,
-    ``explain``: the Decider's own), but each ``run_many`` counted for ``/metrics``."""
-
-    def __init__(self, replica: DeciderReplica):
-        self._replica = replica
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._replica.decider, name)
-
-    def run_many(self, requests: list[DecisionRequest], *, label_mode: LabelMode | None = None,
-                 heads: Sequence[Heads] | None = None) -> list[Any]:
-        return self._replica._run_many(requests, label_mode, heads)
-
-
-class DeciderReplica:
-    """One ``Decider`` per replica; its calls run on a worker thread.
-
-    Two ways in, one per ``batching`` choice, both answering the server's ``Job``s with its
-    ``answer_jobs``: ``run_jobs`` takes a batch the ingress's micro-batcher made (one state's group
-    of it); ``decide`` takes one job, and Ray's ``@serve.batch`` gathers the jobs that reach this
-    replica together (up to ``max_batch``, or what arrived within ``max_wait_s`` of the first, the
-    micro-batcher's own settings) into ONE ``Decider.run_many``, whatever their states.
-    ``run_many`` / ``explain`` serve ``RemoteDecider``'s own (a Decider's methods).
-    """
-
-    def __init__(self, model: str, threads: int, decider_kwargs: dict[str, Any],
-                 max_batch: int = 8, max_wait_s: float = 0.005):
-        from typed_decisions import Decider
-
-        self.decider = Decider.load(model, threads=threads, **decider_kwargs)
-        self.replica = serve.get_replica_context().replica_id.unique_id
-        self.batches = self.batched = 0
-        self._count = threading.Lock()
-        self._counted = _Counted(self)
-        self.decide_batch.set_max_batch_size(max_batch)  # per replica process (Ray's documented way)
-        self.decide_batch.set_batch_wait_timeout_s(max_wait_s)
-
-    def _reply(self, results: list[Any]) -> Reply:
-        return Reply(results, self.replica, dataclasses.replace(self.decider.engine.stats),
-                     self.batches, self.batched)
-
-    def _run_many(self, requests: list[DecisionRequest], label_mode: LabelMode | None,
-                  heads: Sequence[Heads] | None = None) -> list[Any]:
-        """``Decider.run_many`` on this thread, counted (one call, ``len(requests)`` requests);
-        ``heads``: per request, a fitted preset's heads (checked by the Decider: a head fitted for
-        another export or prompt is refused with a 422 at ``heads.<question>``)."""
-        kwargs: dict[str, Any] = {} if label_mode is None else {"label_mode": label_mode}
-        if heads is not None and any(heads):
-            kwargs["heads"] = list(heads)
-        out = self.decider.run_many(requests, **kwargs)
-        with self._count:
-            self.batches += 1
-            self.batched += len(requests)
-        return out
-
-    def info(self) -> dict[str, Any]:
-        """What the ingress needs to know of the replicas' Decider: its name, export, and the
-        settings a preset answer depends on (label mode, debias, wording, calibration, quantization)."""
-        return {"name": self.decider.name, "root": str(self.decider.artifacts.root),
-                "settings": DeciderSettings.of(self.decider)}
-
-    async def run_many(self, requests: list[DecisionRequest], label_mode: LabelMode | None,
-                       heads: Sequence[Heads] | None = None) -> Reply:
-        return self._reply(await asyncio.to_thread(self._run_many, requests, label_mode, heads))
-
-    async def run_jobs(self, jobs: list[Job]) -> Reply:
-        """A micro-batch's group, answered as the server's engine thread answers its batch."""
-        return self._reply(await asyncio.to_thread(answer_jobs, self._counted, jobs))
-
-    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)  # set from the settings in __init__
-    async def decide_batch(self, jobs: list[Job]) -> list[Reply]:
-        """ONE ``answer_jobs`` for the batch (one ``run_many`` per label mode present: one in all,
-        usually); a job that fails fails alone (``answer_each``): its slot holds its exception,
-        its batch-mates their answers."""
-        results = await asyncio.to_thread(answer_each, lambda js: answer_jobs(self._counted, js), jobs)
-        return [self._reply([r]) for r in results]
-
-    async def decide(self, job: Job) -> Reply:
-        """One job, answered in a ``@serve.batch`` batch with the others waiting here."""
-        return await self.decide_batch(job)
-
-    async def explain(self, request: DecisionRequest, label_mode: LabelMode | None) -> Reply:
-        kwargs = {} if label_mode is None else {"label_mode": label_mode}
-        return self._reply([await asyncio.to_thread(self.decider.explain, request, **kwargs)])
-
-
 # --------------------------------------------------------------------------- the ingress side
 
 
@@ -195,68 +87,6 @@ def _unwrap(error: RayTaskError) -> BaseException:
     """The replica's own exception (an ``InvalidRequestError`` keeps its 422 and field path)."""
     cause = getattr(error, "cause", None)
     return cause if isinstance(cause, BaseException) else error
-
-
-class _ClusterEngine:
-    """Stands in for ``decider.engine`` in the server's metrics: the replicas' counters summed."""
-
-    def __init__(self) -> None:
-        self.replicas: dict[str, EngineStats] = {}
-        self.batches: dict[str, tuple[int, int]] = {}  # replica: (run_many calls, requests in them)
-        self._lock = threading.Lock()
-
-    def record(self, reply: Reply) -> None:
-        with self._lock:  # counters only grow: keep the newest snapshot of each replica
-            old = self.replicas.get(reply.replica)
-            if old is None or reply.stats.calls >= old.calls:
-                self.replicas[reply.replica] = reply.stats
-            if reply.batches >= self.batches.get(reply.replica, (0, 0))[0]:
-                self.batches[reply.replica] = (reply.batches, reply.batched)
-
-    @property
-    def stats(self) -> EngineStats:
-        with self._lock:
-            snapshots = list(self.replicas.values())
-        return EngineStats(**{f.name: sum(getattr(s, f.name) for s in snapshots)
-                              for f in dataclasses.fields(EngineStats)})
-
-
-class ReplicaMetrics:
-    """Prometheus collector: each Decider replica's engine counters, labelled by replica."""
-
-    FIELDS = (("tokens_computed", "Tokens run through the model"),
-              ("tokens_logical", "Tokens of every full prompt (no sharing)"),
-              ("cache_hits", "Prefix-cache hits (the template head alone counts)"),
-              ("cache_misses", "Prefix-cache misses"),
-              ("cache_tokens_reused", "Prompt tokens restored from the prefix cache"),
-              ("calls", "Engine calls"))
-
-    def __init__(self, engine: _ClusterEngine):
-        self.engine = engine
-
-    def describe(self) -> list[Any]:
-        return []
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        with self.engine._lock:
-            snapshots = dict(self.engine.replicas)
-        for attr, doc in self.FIELDS:
-            name = attr.replace("cache_", "prefix_cache_")
-            family = CounterMetricFamily(f"typed_decisions_replica_{name}", f"{doc}, per Decider replica",
-                                         labels=["replica"])
-            for replica, stats in sorted(snapshots.items()):
-                family.add_metric([replica], float(getattr(stats, attr)))
-            yield family
-        with self.engine._lock:
-            batches = dict(self.engine.batches)
-        for i, (name, doc) in enumerate((("run_many_calls", "Decider.run_many calls"),
-                                         ("run_many_requests", "Requests in those calls"))):
-            family = CounterMetricFamily(f"typed_decisions_replica_{name}",
-                                         f"{doc}, per Decider replica (their ratio: the mean batch)",
-                                         labels=["replica"])
-            for replica, counts in sorted(batches.items()):
-                family.add_metric([replica], float(counts[i]))
-            yield family
 
 
 class RemoteDecider:
@@ -275,7 +105,7 @@ class RemoteDecider:
         # (``DeciderSettings.of`` reads it): their label mode, calibration file, quantization
         self.preset_settings: DeciderSettings = info["settings"]
         self.affinity = affinity
-        self.engine = _ClusterEngine()
+        self.engine = ClusterEngine()
 
     def _call(self, method: str, key: str, *args: Any) -> Any:
         handle = self.handle.options(session_id=key) if self.affinity else self.handle
