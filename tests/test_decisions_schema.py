@@ -175,3 +175,28 @@ def test_openapi_names_the_body_of_post_v1_decisions():
             "$ref": "#/components/schemas/DecisionRequest"}
     system_one = DecisionRequest.model_json_schema(ref_template="#/components/schemas/{model}")["$defs"]
     assert all(components[name] == definition for name, definition in system_one.items())
+
+
+def test_openapi_names_every_error_of_post_v1_decisions_in_openais_shape():
+    """Each status the door can send (errors.HTTP_STATUS, with its 422 sent as 400) names the error
+    body; that body's shape is the ``openai`` package's ``ErrorObject`` (less its optional
+    ``misalignment``, which this server never sends); and a real 400 validates against both."""
+    from typed_decisions.errors import HTTP_STATUS
+    from typed_decisions.server.decisions_schema import DECISION_ERROR_STATUSES, DecisionErrorBody
+
+    sent = {400 if s == 422 else s for s in HTTP_STATUS.values()}
+    assert set(DECISION_ERROR_STATUSES) == sent
+    spec = _schema(openai.types.shared.ErrorObject.model_json_schema())
+    spec["properties"].pop("misalignment")
+    assert _schema(DecisionErrorBody.model_json_schema())["properties"]["error"] == spec
+    with TestClient(create_app(FakeDecider("fake-model"))) as client:
+        schema = client.get("/openapi.json").json()
+        refused = client.post("/v1/decisions", json={"model": "fake-model", "input": "hi", "questions": []})
+    responses = schema["paths"]["/v1/decisions"]["post"]["responses"]
+    ref = {"$ref": "#/components/schemas/DecisionErrorBody"}
+    assert {int(s) for s in responses if s != "200"} == sent
+    assert all(responses[str(s)]["content"]["application/json"]["schema"] == ref for s in sent)
+    assert refused.status_code == 400
+    body = DecisionErrorBody.model_validate(refused.json())
+    assert body.error.param == "questions" and body.error.type == "invalid_request_error"
+    openai.types.shared.ErrorObject.model_validate(refused.json()["error"])

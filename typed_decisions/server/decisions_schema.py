@@ -240,4 +240,23 @@ class DecisionCreateParams(BaseModel):
     safety_identifier: Optional[str] = Field(None, description=NOT_READ)
 
 
-__all__ = ["DecisionCreateParams"]
+class DecisionError(BaseModel):
+    """OpenAI's error object (the ``openai`` package's ``ErrorObject``), as this door sends it."""
+
+    message: str
+    type: str = Field(description="invalid_request_error, authentication_error, rate_limit_error or server_error")
+    param: Optional[str] = Field(None, description="the refused field's path, e.g. questions[1].choices[0].value")
+    code: Optional[str] = Field(None, description="e.g. model_not_found, invalid_api_key, rate_limit_exceeded")
+
+
+class DecisionErrorBody(BaseModel):
+    """Every error of ``POST /v1/decisions``: 400 for any invalid request (never 422), 401, 404,
+    408, 413, 415, 429 (with ``Retry-After``), 500 and 503, so the ``openai`` SDK raises its own
+    classes (``decisions_out.error_response``)."""
+
+    error: DecisionError
+
+
+DECISION_ERROR_STATUSES = (400, 401, 404, 408, 413, 415, 429, 500, 503)
+
+__all__ = ["DECISION_ERROR_STATUSES", "DecisionCreateParams", "DecisionError", "DecisionErrorBody"]
