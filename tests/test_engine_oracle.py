@@ -2,7 +2,9 @@
 
 The oracle is independent of everything the engine does: a plain transformers forward pass of the
 full prompt (no KV cache, no sharing, no restricted matmul), a full-vocabulary softmax in float64,
-then the candidate tokens' mass summed per option and renormalized.
+then the candidate tokens' mass summed per option and renormalized. ``kv_oracle_option_probs`` is
+the same chain rule with transformers' own KV cache of the prompt, for the modules whose prompts
+are long (packed trees, few-shot examples): still nothing of the engine's.
 """
 
 from __future__ import annotations
@@ -63,6 +65,33 @@ def oracle_option_probs(model, prompt: list[int], paths, owners, n_options: int)
     return out / out.sum()
 
 
+def kv_oracle_option_probs(model, prompt: list[int], paths, owners, n_options: int) -> np.ndarray:
+    """The chain rule over the label trie with transformers' own KV cache: P(path) = Π p(t_k |
+    prompt + t_<k), each factor a full-vocabulary softmax (float64) renormalized over the node's
+    children, the node's tokens run from a copy of the prompt's cache; summed per owner."""
+    import copy
+
+    import torch
+
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
+
+    def probs_after(node: tuple[int, ...]) -> np.ndarray:
+        logits = out.logits[0, -1]
+        if node:
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([list(node)]), past_key_values=copy.deepcopy(out.past_key_values),
+                               use_cache=True, logits_to_keep=1).logits[0, -1]
+        return torch.softmax(logits.double(), dim=-1).numpy()
+
+    trie = LabelTrie.build(paths, owners)
+    cond = {u: dict(zip(kids, (p := probs_after(u)[list(kids)]) / p.sum())) for u, kids in trie.children.items()}
+    oracle = np.zeros(n_options)
+    for path, o in zip(trie.paths, trie.owners):
+        oracle[o] += np.prod([cond[path[:k]][path[k]] for k in range(len(path))])
+    return oracle / oracle.sum()
+
+
 def compiled(decider: Decider, req: dict, mode: str):
     return decider.compiler.compile(parse_request(req), label_mode=mode)
 
@@ -112,6 +141,9 @@ def test_trie_oracle_multi_token_labels(tiny_decider, tiny_torch, mode, criteria
                                    len(q.options))
     got = tiny_decider.probabilities(req, label_mode=mode)["t"]
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    # The KV-cached oracle of the long-prompt modules is this one, to float32 rounding
+    kv = kv_oracle_option_probs(tiny_torch, prompt, q.label_paths.paths, q.label_paths.owners, len(q.options))
+    np.testing.assert_allclose(kv, expected, atol=1e-6, rtol=0)
     # Node by node too: the engine's restricted distribution at each trie node = the oracle's.
     explained = tiny_decider.explain(req, label_mode=mode).questions["t"].nodes
     for node in explained:

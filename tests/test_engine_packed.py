@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 from td_invariance import TOL, A, B, C, request, vector
 from td_threads import THREADS
-from test_engine_oracle import STATES, THREE, compiled
+from test_engine_oracle import STATES, THREE, compiled, kv_oracle_option_probs
 
 from typed_decisions.decider import Decider
-from typed_decisions.readout import LabelTrie
 
 pytestmark = pytest.mark.model
 
@@ -32,33 +31,6 @@ CASES = {
     "many questions": (MANY, "names"),
     "200 letter options": ({"p": {"type": "choice", "criteria": {f"item {j}": None for j in range(200)}}}, "letters"),
 }
-
-
-def kv_oracle_option_probs(model, prompt: list[int], paths, owners, n_options: int) -> np.ndarray:
-    """The chain rule over the label trie with transformers' own KV cache: P(path) = Π p(t_k |
-    prompt + t_<k), each factor a full-vocabulary softmax (float64) renormalized over the node's
-    children, the node's tokens run from a copy of the prompt's cache; summed per owner."""
-    import copy
-
-    import torch
-
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
-
-    def probs_after(node: tuple[int, ...]) -> np.ndarray:
-        logits = out.logits[0, -1]
-        if node:
-            with torch.no_grad():
-                logits = model(input_ids=torch.tensor([list(node)]), past_key_values=copy.deepcopy(out.past_key_values),
-                               use_cache=True, logits_to_keep=1).logits[0, -1]
-        return torch.softmax(logits.double(), dim=-1).numpy()
-
-    trie = LabelTrie.build(paths, owners)
-    cond = {u: dict(zip(kids, (p := probs_after(u)[list(kids)]) / p.sum())) for u, kids in trie.children.items()}
-    oracle = np.zeros(n_options)
-    for path, o in zip(trie.paths, trie.owners):
-        oracle[o] += np.prod([cond[path[:k]][path[k]] for k in range(len(path))])
-    return oracle / oracle.sum()
 
 
 def deciders(tiny_model_dir) -> tuple[Decider, Decider]:

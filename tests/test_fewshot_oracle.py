@@ -1,7 +1,8 @@
 """Few-shot examples (issue #14, lever 6) on the tiny real model, against independent paths.
 
-- the probabilities of a request with examples equal a plain transformers forward pass of the
-  full rendered prompt (examples, state, question; test_engine_oracle's chain-rule oracle);
+- the probabilities of a request with examples equal transformers on the full rendered prompt
+  (examples, state, question; test_engine_oracle's chain-rule oracle, each trie node a step from
+  transformers' own KV cache of the prompt);
 - two requests with the same examples and different states reuse the examples' KV (the engine's
   prefix-cache counters), and give the same probabilities as the same requests with no cache.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_engine_oracle import oracle_option_probs
+from test_engine_oracle import kv_oracle_option_probs
 
 from typed_decisions.decider import parse_request
 
@@ -44,8 +45,8 @@ def test_probabilities_with_examples_equal_a_transformers_forward(tiny_decider, 
     text = tiny_decider.tokenizer.decode(list(comp.prefix_ids))
     assert text.index("Price for 40 seats") < text.index(STATES[0])  # the examples come first
     for q in comp.questions:
-        want = oracle_option_probs(tiny_torch, list(comp.prefix_ids + q.suffix_ids), q.label_paths.paths,
-                                   q.label_paths.owners, len(q.options))
+        want = kv_oracle_option_probs(tiny_torch, list(comp.prefix_ids + q.suffix_ids), q.label_paths.paths,
+                                      q.label_paths.owners, len(q.options))
         np.testing.assert_allclose(got[q.name], want, atol=1e-5)
     plain = tiny_decider.probabilities(request(STATES[0], examples=None), label_mode=mode)
     assert max(np.abs(got[n] - plain[n]).max() for n in got) > 1e-3  # the examples change the answer
@@ -85,8 +86,8 @@ def test_rotate_shows_the_examples_canonically_and_averages_oracle_rotations(tin
     canonical = tiny_decider.compiler.compile(parse_request({**body, "debias": "canonical"}), label_mode="letters")
     assert comp.prefix_ids == canonical.prefix_ids and len(comp.rotations[0]) == len(team["criteria"]) - 1
     got = tiny_decider.probabilities({**body, "debias": "rotate"}, label_mode="letters")["team"]
-    want = [oracle_option_probs(tiny_torch, list(comp.prefix_ids + q.suffix_ids), q.label_paths.paths,
-                                q.label_paths.owners, len(q.options))
+    want = [kv_oracle_option_probs(tiny_torch, list(comp.prefix_ids + q.suffix_ids), q.label_paths.paths,
+                                   q.label_paths.owners, len(q.options))
             for q in (comp.questions[0], *comp.rotations[0])]
     np.testing.assert_allclose(got, np.mean(want, axis=0), atol=1e-5)
 
