@@ -10,8 +10,11 @@ import pytest
 from td_threads import THREADS
 from td_int8 import MARKER as INT8_MARKER
 
-os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))  # torch (the oracles) keeps to this worker's share too
-os.environ.setdefault("TYPED_DECISIONS_THREADS", str(THREADS))  # and every engine it starts (cpu.engine_threads)
+# Set, not defaulted: the xdist controller loads this file too (one process: every core) before it
+# starts the workers, which inherit its environment; a default would give each worker every core
+# (two workers on two cores: four spinning OpenMP threads, torch-heavy tests up to 8x slower).
+os.environ["OMP_NUM_THREADS"] = str(THREADS)  # torch (the oracles) keeps to this worker's share too
+os.environ["TYPED_DECISIONS_THREADS"] = str(THREADS)  # and every engine it starts (cpu.engine_threads)
 from td_int8 import Guard as Int8Guard
 from td_optional import fast_tier
 

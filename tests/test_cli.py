@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 
 from typed_decisions.cli import main
 
@@ -16,7 +17,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ticket.json"
 
 
 def test_decide_prints_typed_answers(tiny_model_dir, capsys):
-    assert main(["decide", "--model", str(tiny_model_dir), "--threads", "2", str(EXAMPLE)]) == 0
+    assert main(["decide", "--model", str(tiny_model_dir), "--threads", str(THREADS), str(EXAMPLE)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {a["type"] for a in out["answers"].values()} == {"choice", "noul", "score"}
     team = out["answers"]["team"]

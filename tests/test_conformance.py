@@ -1,7 +1,8 @@
 """The community's System One suites against our server on the tiny model (#33).
 
-``typed-decisions serve`` (the CLI, as deployed: API keys on, loopback, 2 threads) serves the tiny
-real export, and the suites run against it through their own Python APIs, unchanged:
+``typed-decisions serve`` (the CLI, as deployed: API keys on, loopback, this test process's share
+of the cores) serves the tiny real export, and the suites run against it through their own Python
+APIs, unchanged:
 
 - jevcompat (``runner.run``): the FULL conformance suite with a key, so the auth checks run too,
   plus its preflight against a keyless server (the one auth MUST that applies only without keys).
@@ -38,6 +39,7 @@ import httpx
 import pytest
 
 from td_optional import require  # noqa: E402
+from td_threads import THREADS
 
 require("fastapi", "pip install 'typed-decisions-runtime[server]'")
 jevcompat_runner = require("jevcompat.runner", "pip install 'typed-decisions-runtime[test]'")
@@ -60,7 +62,7 @@ def _serve(model_dir: Path, keys: Path | None) -> Iterator[str]:
     if keys is not None:
         env["TYPED_DECISIONS_API_KEYS_FILE"] = str(keys)
     proc = subprocess.Popen([sys.executable, "-m", "typed_decisions.cli", "serve", "--model", str(model_dir),
-                             "--host", "127.0.0.1", "--port", str(port), "--threads", "2",
+                             "--host", "127.0.0.1", "--port", str(port), "--threads", str(THREADS),
                              "--log-level", "warning"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     url = f"http://127.0.0.1:{port}"

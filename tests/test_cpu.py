@@ -40,3 +40,21 @@ def test_an_engine_opens_its_session_with_those_threads(monkeypatch, tiny_model_
     Backbone(load_artifacts(tiny_model_dir))
     Backbone(load_artifacts(tiny_model_dir), threads=2)
     assert seen == [1, 2]
+
+
+def test_each_test_process_keeps_to_its_share_of_the_cores():
+    """The xdist controller loads tests/conftest.py too, and its workers inherit its environment:
+    each worker must still get cores // workers threads (torch's, and every engine's), not the
+    controller's every core."""
+    import os
+
+    from td_threads import THREADS, WORKERS
+
+    from typed_decisions.cpu import usable_cores
+
+    assert THREADS == (int(os.environ["TD_TEST_THREADS"]) if os.environ.get("TD_TEST_THREADS")
+                       else max(1, usable_cores() // WORKERS))
+    assert os.environ["OMP_NUM_THREADS"] == os.environ[THREADS_ENV] == str(THREADS)
+    assert engine_threads() == THREADS
+    torch = pytest.importorskip("torch")
+    assert torch.get_num_threads() == THREADS

@@ -123,7 +123,7 @@ def test_eval_cli_report_is_consistent(tiny_model_dir, tiny_decider, tmp_path, c
     CalibrationFile(model=tiny_decider.name, created="2025-01-01T00:00:00Z", content_free_state="N/A",
                     per_type={"choice": TypeCalibration(temperature=2.0, contextual=True)}).save(cal)
     rc = main(["eval", "--model", str(tiny_model_dir), "--data", str(data), "--spec", str(spec), "--split", "all",
-               "--threads", "2", "--permutations", "1", "--calibration", str(cal), "--out", str(out),
+               "--threads", str(THREADS), "--permutations", "1", "--calibration", str(cal), "--out", str(out),
                "--plot", str(tmp_path / "rel.png"), "-q"])
     assert rc == 0
     rep = json.loads(out.read_text())
@@ -162,7 +162,7 @@ def test_calibrate_cli_writes_a_file_the_decider_applies(tiny_model_dir, tiny_de
     spec.write_text(json.dumps(SPEC))
     assert main(["calibrate", "--model", str(tiny_model_dir), "--data", str(data), "--spec", str(spec),
                  "--method", "combined", "--out", str(cal), "--report", str(tmp_path / "fit.json"),
-                 "--threads", "2", "-q"]) == 0
+                 "--threads", str(THREADS), "-q"]) == 0
     f = CalibrationFile.load(cal)
     tc = f.per_type["choice"]
     assert f.model == tiny_decider.name and tc.contextual and f.content_free_state == "N/A"
@@ -194,7 +194,7 @@ def test_eval_label_mass_rows_and_coverage(tiny_model_dir, tiny_decider, tmp_pat
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     spec.write_text(json.dumps(SPEC))
     assert main(["eval", "--model", str(tiny_model_dir), "--data", str(data), "--spec", str(spec), "--split", "all",
-                 "--threads", "2", "--labels", "mixture", "--debias", "rotate", "--label-mass",
+                 "--threads", str(THREADS), "--labels", "mixture", "--debias", "rotate", "--label-mass",
                  "--out", str(out), "-q"]) == 0
     rep = json.loads(out.read_text())
     assert rep["debias"] == "rotate" and rep["labels"] == "mixture"
@@ -237,7 +237,7 @@ def test_eval_shots_shows_calibration_rows_before_every_test_row(tiny_model_dir,
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     spec.write_text(json.dumps(SPEC))
     assert main(["eval", "--model", str(tiny_model_dir), "--data", str(data), "--spec", str(spec), "--limit", "2",
-                 "--shots", "2", "--threads", "2", "--out", str(out), "-q"]) == 0
+                 "--shots", "2", "--threads", str(THREADS), "--out", str(out), "-q"]) == 0
     rep = json.loads(out.read_text())
     assert rep["examples"] == 2 and rep["shots"]["k"] == 2 and sorted(rep["shots"]["gold"]) == ["billing", "tech"]
     q = QuestionSpec.model_validate(SPEC).model_copy(update={"state_field": "state", "gold_field": "gold"})

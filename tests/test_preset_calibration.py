@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 
 from typed_decisions.answers import answer_question
 from typed_decisions.calibration import CalibrationFile, TypeCalibration
@@ -306,7 +307,7 @@ def test_calibrate_to_preset_writes_a_preset_that_loads_and_ships(tiny_model_dir
     data, out = tmp_path / "spam.jsonl", tmp_path / "sms-spam.json"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["calibrate", "--model", str(tiny_model_dir), "--preset", "sms-spam", "--data", str(data),
-                 "--method", "temperature", "--to-preset", str(out), "--threads", "2", "-q"]) == 0
+                 "--method", "temperature", "--to-preset", str(out), "--threads", str(THREADS), "-q"]) == 0
     printed = capsys.readouterr().out
     assert "presets register" in printed and f"sms-spam v{v}" in printed
     written = load_preset(out)  # loads (your own file: unchecked) and has the entry
@@ -346,7 +347,7 @@ def test_calibrate_a_preset_with_examples_reads_after_them(tiny_model_dir, tiny_
     src, out = tmp_path / "spam-fewshot.json", tmp_path / "spam-fewshot-fitted.json"
     src.write_text(json.dumps(own))
     assert main(["calibrate", "--model", str(tiny_model_dir), "--preset", str(src), "--data", str(data),
-                 "--method", "temperature", "--to-preset", str(out), "--threads", "2", "-q"]) == 0
+                 "--method", "temperature", "--to-preset", str(out), "--threads", str(THREADS), "-q"]) == 0
     preset = load_preset(out)
     cal = preset.calibration[tiny_decider.name]
     assert cal.examples == presets.examples_hash(preset.examples) is not None

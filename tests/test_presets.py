@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from td_threads import THREADS
 
 from typed_decisions import presets
 from typed_decisions.errors import InvalidRequestError
@@ -90,7 +91,7 @@ def test_eval_on_a_preset_records_its_version(tiny_model_dir, tmp_path):
     rows = [{"state": "I love it, best day ever!", "gold": "very positive"}, {"state": "Meh.", "gold": "neutral"}]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["eval", "--model", str(tiny_model_dir), "--preset", "sentiment-score", "--data", str(data),
-                 "--split", "all", "--threads", "2", "--out", str(out), "-q"]) == 0
+                 "--split", "all", "--threads", str(THREADS), "--out", str(out), "-q"]) == 0
     rep = json.loads(out.read_text())
     assert rep["preset"] == {"name": "sentiment-score", "version": load_preset("sentiment-score").version}
     assert rep["question"]["type"] == "score" and rep["n"] == 2 and "mae" in rep["metrics"]

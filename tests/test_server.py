@@ -29,6 +29,7 @@ import httpx
 import pytest
 
 from td_optional import require  # noqa: E402
+from td_threads import THREADS
 
 require("fastapi", "pip install 'typed-decisions-runtime[server]'")
 zstandard = require("zstandard", "pip install 'typed-decisions-runtime[server]'")
@@ -831,7 +832,7 @@ def _serve(cmd: list[str], env: dict[str, str] | None = None) -> tuple[subproces
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([*cmd, "--host", "127.0.0.1", "--port", str(port), "--threads", "2"],
+    proc = subprocess.Popen([*cmd, "--host", "127.0.0.1", "--port", str(port), "--threads", str(THREADS)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness import problems, read_results
+from td_threads import THREADS
 
 pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def test_the_reference_peer_agrees_with_ours_to_1e_5(tmp_path, tiny_model_dir, t
     doc, res, ratios = run_bench("--model", str(tiny_model_dir), "--int8-dir", str(tiny_int8_model_dir),
                                  "--trials", "1", "--warmup", "0", "--workloads", "W1,W2", "--peers", "ours,reference",
                                  "--ours", "fp32", "--modes", "names", "--cache", "off", "--packed", "auto",
-                                 "--profile", "none", "--threads", "2", "--out", str(out), timeout=900)
+                                 "--profile", "none", "--threads", str(THREADS), "--out", str(out), timeout=900)
     assert problems(doc) == [] and doc["tool"] == "bench" and "partial" not in doc
     assert doc["model"] == res["model"] == "smollm2-135m"
     assert doc["machine"]["load_avg_start"] == res["load_avg_start"]
