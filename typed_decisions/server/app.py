@@ -61,7 +61,7 @@ from ..explain import Explanation
 from ..schema import DecisionRequest, DecisionResponse
 from . import decisions_out
 from .decisions_out import Decision
-from .decisions_schema import DECISION_ERROR_STATUSES, DecisionCreateParams, DecisionErrorBody
+from .decisions_schema import DECISION_ERRORS, DecisionCreateParams
 from .service import Job, PresetRequest, Service
 from .settings import ANONYMOUS_WARNING, ServerSettings
 
@@ -231,8 +231,7 @@ def _add_decision_routes(app: FastAPI, service: Service) -> None:
     async def systemone(request: Request) -> JSONResponse:
         return await service.decide(request)
 
-    @app.post("/v1/decisions", responses={200: {"model": Decision},
-                                          **{s: {"model": DecisionErrorBody} for s in DECISION_ERROR_STATUSES}},
+    @app.post("/v1/decisions", responses={200: {"model": Decision}, **DECISION_ERRORS},
               summary="OpenAI's Decisions API: predicate / choice / score questions about an input")
     async def decisions(request: Request) -> JSONResponse:
         # errors in OpenAI's shape on this door ({"error": {message, type, param, code}}), so the

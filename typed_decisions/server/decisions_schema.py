@@ -258,5 +258,7 @@ class DecisionErrorBody(BaseModel):
 
 
 DECISION_ERROR_STATUSES = (400, 401, 404, 408, 413, 415, 429, 500, 503)
+DECISION_ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": DecisionErrorBody} for s in DECISION_ERROR_STATUSES}
+"""``responses=`` of the route: each error status with its body, for ``/openapi.json``."""
 
-__all__ = ["DECISION_ERROR_STATUSES", "DecisionCreateParams", "DecisionError", "DecisionErrorBody"]
+__all__ = ["DECISION_ERRORS", "DECISION_ERROR_STATUSES", "DecisionCreateParams", "DecisionError", "DecisionErrorBody"]
