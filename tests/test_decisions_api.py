@@ -154,3 +154,48 @@ def test_hostile_bodies_are_bad_requests_never_a_500(fake_server, body) -> None:
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error" and err["message"] and "Traceback" not in err["message"]
+
+
+BOUNDARY = {"type": "choice", "name": "broken", "instructions": "Which?",
+            "choices": [{"value": "<boundary>"}, {"value": "other"}]}  # the fake refuses this label
+
+
+def test_a_decider_without_a_compiler_refuses_the_question_alone(fake_server) -> None:
+    """Any object with ``run_many`` (here the fake: no compiler to find refusals before the call)
+    refuses a question as the Decider does: that one a refusal, the others answered as without it."""
+    fake, url = fake_server
+    decision = _client(url).decisions.create(model="fake-model", input="an urgent ticket",
+                                              questions=[BOUNDARY, PREDICATE])
+    broken, urgent = decision.answers
+    assert (broken.type, broken.name) == ("refusal", "broken") and urgent.type == "predicate"
+    assert urgent.probability == pytest.approx(fake.probabilities_for("an urgent ticket", "1", ["yes", "no"])[0],
+                                               abs=1e-12)
+    only = _client(url).decisions.create(model="fake-model", input="x", questions=[BOUNDARY])
+    assert [a.type for a in only.answers] == ["refusal"] and only.usage.input_tokens == 0
+
+
+def test_without_a_compiler_a_batch_with_a_refusal_answers_each_job() -> None:
+    """The batch's one ``run_many`` fails at the refused label; ``answer_each`` answers each job
+    alone: the refusing one without its question, the other as asked. An error located outside
+    a question (the context) still fails its whole request."""
+    from typed_decisions.schema import DecisionRequest
+    from typed_decisions.server import Job, answer_each, answer_jobs
+    from typed_decisions.server.set_aside import Answered
+
+    fake = FakeDecider("fake-model", max_state_chars=50)
+
+    def job(state: str, questions: dict) -> Job:
+        return Job(DecisionRequest.model_validate({"model": "fake-model", "state": state, "questions": questions}),
+                   set_aside=True)
+
+    noul = {"type": "noul", "instructions": "Urgent?"}
+    refusing = job("ticket one", {"0": {"type": "choice", "criteria": {"<boundary>": None, "b": None}}, "1": noul})
+    clean = job("ticket two", {"0": noul})
+    too_long = job("x" * 60, {"0": noul})
+    got = answer_each(lambda js: answer_jobs(fake, js), [refusing, clean, too_long])
+    assert isinstance(got[0], Answered) and list(got[0].prepared.refused) == ["0"]
+    assert "merges with the next token" in got[0].prepared.refused["0"]
+    assert got[0].response.answers["1"].noul == pytest.approx(fake.probabilities_for("ticket one", "1", ["yes", "no"])[0])
+    assert list(got[0].prepared.request.questions) == ["1"]
+    assert isinstance(got[1], Answered) and not got[1].prepared.refused and list(got[1].response.answers) == ["0"]
+    assert isinstance(got[2], InvalidRequestError) and "too long" in str(got[2])

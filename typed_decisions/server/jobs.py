@@ -8,6 +8,8 @@ ingress holds no model, so it hands its batch on as Jobs and the replica answers
     explain jobs ─ one by one ─▶ Decider.explain
     /v1/decisions jobs (set_aside) ─ set_aside.prepare: refused questions set aside, the prefix
                                      cache's share read ─▶ what survives, then as the others
+                                     (a decider without a compiler: set aside as it answers,
+                                     set_aside.answer_alone, job by job once a batch fails)
     the rest ─ one Decider.run_many per label mode present (one call in all, usually) ─▶ answers
 
 Why the set-aside runs beside the model and not in the ingress: it compiles with the Decider's own
@@ -24,7 +26,7 @@ from typing import Any
 from ..answers import QuestionHead
 from ..compiler import LabelMode
 from ..schema import DecisionRequest
-from .set_aside import Answered, prepare
+from .set_aside import Answered, answer_alone, prepare
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ def answer_jobs(decider: Any, jobs: Sequence[Job]) -> list[Any]:
     """Each job's answer, in order, from a ``Decider`` on this thread: an ``Explanation`` for an
     explain job, ``set_aside.Answered`` for a set-aside one, else a ``DecisionResponse``. Raises
     the first error (the caller's ``answer_each`` re-runs the jobs alone to find whose it is)."""
+    if len(jobs) == 1 and jobs[0].set_aside and getattr(decider, "compiler", None) is None:
+        return [_alone(decider, jobs[0])]
     out: list[Any] = [None] * len(jobs)
     for i, job in enumerate(jobs):
         if job.explain:
@@ -64,6 +68,20 @@ def answer_jobs(decider: Any, jobs: Sequence[Job]) -> list[Any]:
     for i, p in prepared.items():
         out[i] = Answered(out[i], p)
     return out
+
+
+def _alone(decider: Any, job: Job) -> Answered:
+    """A ``/v1/decisions`` job on a decider without a compiler (any object with ``run_many``): its
+    refusals are found by answering (``set_aside.answer_alone``). A batch with one fails whole and
+    comes back here job by job (``batching.answer_each``), so the others stay batched."""
+    kwargs: dict[str, Any] = {} if job.label_mode is None else {"label_mode": job.label_mode}
+
+    def run(request: DecisionRequest) -> Any:
+        if job.heads:
+            kwargs["heads"] = [{k: h for k, h in job.heads.items() if k in request.questions}]
+        return decider.run_many([request], **kwargs)[0]
+
+    return answer_alone(run, job.request)
 
 
 __all__ = ["Job", "answer_jobs"]

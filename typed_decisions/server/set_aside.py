@@ -19,11 +19,14 @@ again (a few milliseconds of tokenizing, against a prefill of the same tokens).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ContextTooLongError, InvalidRequestError
 from ..schema import DecisionRequest
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -59,17 +62,15 @@ def _question_key(error: InvalidRequestError, request: DecisionRequest) -> str |
     return None
 
 
-def prepare(decider: Any, request: DecisionRequest, label_mode: Any = None) -> Prepared:
-    """Set aside the questions the compiler refuses; read the prefix cache's share. A decider
-    without a compiler (a fake, a remote engine) gets the request as is."""
-    compiler = getattr(decider, "compiler", None)
-    if compiler is None:
-        return Prepared(request)
+def setting_aside(request: DecisionRequest, attempt: Callable[[DecisionRequest], T]
+                  ) -> tuple[T | None, DecisionRequest | None, dict[str, str]]:
+    """``attempt(request)``, again without each question its ``InvalidRequestError`` is located in,
+    until it succeeds or no question is left: (its result, the request it took, the refusals by
+    question key with their reasons). An error located elsewhere is raised."""
     refused: dict[str, str] = {}
     while True:
-        try:  # the Decider's one resolution of how the request is read (settings.py)
-            compiled = compiler.compile(request, settings=decider.settings(request, label_mode=label_mode))
-            break
+        try:
+            return attempt(request), request, refused
         except InvalidRequestError as e:
             key = _question_key(e, request)
             if key is None:
@@ -77,10 +78,31 @@ def prepare(decider: Any, request: DecisionRequest, label_mode: Any = None) -> P
             refused[key] = e.msg
             rest = {k: q for k, q in request.questions.items() if k != key}
             if not rest:
-                return Prepared(None, refused)
+                return None, None, refused
             request = request.model_copy(update={"questions": rest})
+
+
+def prepare(decider: Any, request: DecisionRequest, label_mode: Any = None) -> Prepared:
+    """Set aside the questions the compiler refuses; read the prefix cache's share. A decider
+    without a compiler (a fake, a remote engine) gets the request as is (``answer_alone``)."""
+    compiler = getattr(decider, "compiler", None)
+    if compiler is None:
+        return Prepared(request)
+    # the Decider's one resolution of how the request is read (settings.py)
+    compiled, request, refused = setting_aside(
+        request, lambda r: compiler.compile(r, settings=decider.settings(r, label_mode=label_mode)))
+    if request is None:
+        return Prepared(None, refused)
     cached, written = cache_share(decider, compiled)
     return Prepared(request, refused, cached, written)
+
+
+def answer_alone(run: Callable[[DecisionRequest], Any], request: DecisionRequest) -> Answered:
+    """One request to a decider without a compiler (a remote engine, a stand-in): it finds the
+    refusals only when it answers, so ``run`` is called again without each refused question
+    (one call when none is refused)."""
+    response, request, refused = setting_aside(request, run)
+    return Answered(response, Prepared(request, refused))
 
 
 def cache_share(decider: Any, compiled: Any) -> tuple[int, int]:
@@ -100,4 +122,4 @@ def cache_share(decider: Any, compiled: Any) -> tuple[int, int]:
     return hit * prompts, written
 
 
-__all__ = ["Answered", "Prepared", "cache_share", "prepare"]
+__all__ = ["Answered", "Prepared", "answer_alone", "cache_share", "prepare", "setting_aside"]
