@@ -20,7 +20,7 @@ remote model has neither.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..answers import QuestionHead
@@ -72,16 +72,10 @@ def answer_jobs(decider: Any, jobs: Sequence[Job]) -> list[Any]:
 
 def _alone(decider: Any, job: Job) -> Answered:
     """A ``/v1/decisions`` job on a decider without a compiler (any object with ``run_many``): its
-    refusals are found by answering (``set_aside.answer_alone``). A batch with one fails whole and
-    comes back here job by job (``batching.answer_each``), so the others stay batched."""
-    kwargs: dict[str, Any] = {} if job.label_mode is None else {"label_mode": job.label_mode}
-
-    def run(request: DecisionRequest) -> Any:
-        if job.heads:
-            kwargs["heads"] = [{k: h for k, h in job.heads.items() if k in request.questions}]
-        return decider.run_many([request], **kwargs)[0]
-
-    return answer_alone(run, job.request)
+    refusals are found by answering (``set_aside.answer_alone``), each try answered as any job is
+    here. A batch with one fails whole and comes back job by job (``batching.answer_each``), so
+    the others stay batched."""
+    return answer_alone(lambda r: answer_jobs(decider, [replace(job, request=r, set_aside=False)])[0], job.request)
 
 
 __all__ = ["Job", "answer_jobs"]
