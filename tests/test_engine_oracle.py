@@ -50,14 +50,13 @@ def torch_next_token_probs(model, ids: list[int]) -> np.ndarray:
     return _FORWARDS[key].copy()
 
 
-def oracle_option_probs(model, prompt: list[int], paths, owners, n_options: int) -> np.ndarray:
-    """Chain rule by independent full forward passes: P(path) = Π p_full(t_k | prompt + t_<k),
-    each factor renormalized over the trie children at that node; summed per owner, renormalized."""
+def chain_rule(probs_after, paths, owners, n_options: int) -> np.ndarray:
+    """P(path) = Π p(t_k | prompt + t_<k), each factor ``probs_after(node)`` (a full-vocabulary
+    distribution) renormalized over the trie children at that node; summed per owner, renormalized."""
     trie = LabelTrie.build(paths, owners)
     cond: dict[tuple[int, ...], dict[int, float]] = {}
     for u, kids in trie.children.items():
-        p = torch_next_token_probs(model, prompt + list(u))
-        mass = p[list(kids)]
+        mass = probs_after(u)[list(kids)]
         cond[u] = dict(zip(kids, mass / mass.sum()))
     out = np.zeros(n_options)
     for path, o in zip(trie.paths, trie.owners):
@@ -65,10 +64,14 @@ def oracle_option_probs(model, prompt: list[int], paths, owners, n_options: int)
     return out / out.sum()
 
 
+def oracle_option_probs(model, prompt: list[int], paths, owners, n_options: int) -> np.ndarray:
+    """The chain rule by independent full forward passes of prompt + node."""
+    return chain_rule(lambda u: torch_next_token_probs(model, prompt + list(u)), paths, owners, n_options)
+
+
 def kv_oracle_option_probs(model, prompt: list[int], paths, owners, n_options: int) -> np.ndarray:
-    """The chain rule over the label trie with transformers' own KV cache: P(path) = Π p(t_k |
-    prompt + t_<k), each factor a full-vocabulary softmax (float64) renormalized over the node's
-    children, the node's tokens run from a copy of the prompt's cache; summed per owner."""
+    """The chain rule with transformers' own KV cache: one prefill of the prompt, each node's
+    tokens run from a copy of its cache (full-vocabulary softmax in float64)."""
     import copy
 
     import torch
@@ -84,12 +87,7 @@ def kv_oracle_option_probs(model, prompt: list[int], paths, owners, n_options: i
                                use_cache=True, logits_to_keep=1).logits[0, -1]
         return torch.softmax(logits.double(), dim=-1).numpy()
 
-    trie = LabelTrie.build(paths, owners)
-    cond = {u: dict(zip(kids, (p := probs_after(u)[list(kids)]) / p.sum())) for u, kids in trie.children.items()}
-    oracle = np.zeros(n_options)
-    for path, o in zip(trie.paths, trie.owners):
-        oracle[o] += np.prod([cond[path[:k]][path[k]] for k in range(len(path))])
-    return oracle / oracle.sum()
+    return chain_rule(probs_after, paths, owners, n_options)
 
 
 def compiled(decider: Decider, req: dict, mode: str):

@@ -41,7 +41,7 @@ def deciders(tiny_model_dir) -> tuple[Decider, Decider]:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_packed_equals_unpacked_and_the_full_prompt_oracle(tiny_model_dir, tiny_torch, case):
+def test_packed_equals_unpacked_and_the_transformers_oracle(tiny_model_dir, tiny_torch, case):
     questions, mode = CASES[case]
     req = {"model": "m", "state": STATES[0], "questions": questions}
     packed, unpacked = deciders(tiny_model_dir)
