@@ -58,23 +58,30 @@ def test_packed_equals_unpacked_and_the_transformers_oracle(tiny_model_dir, tiny
         np.testing.assert_allclose(got[q.name], oracle, atol=TOL, rtol=0)
 
 
-def test_five_hundred_letter_options(tiny_model_dir, tiny_torch):
-    """500 options (two-letter labels, upper and lower case), packed: the label step is one tree
-    block after a ~3,700-token question, against kv_oracle_option_probs.
+def test_many_letter_options_after_a_chunked_prefill(tiny_model_dir, tiny_torch):
+    """150 options (two-letter labels, second letters of both cases, a trie factorized by the
+    first letter), packed, after a question prefilled in
+    chunks: the label step is one tree block after the last chunk, against kv_oracle_option_probs.
 
-    The cost is the two ~3,700-token prefills (ours, the oracle's): attention makes it grow with the
-    square of the option count, so 1,000 options took ~7 min on an AVX2 CPU (Zen 1) for no other
-    code path. That 1,000 options compile to distinct labels is tested in test_engine_scale.py;
+    The chunk is 256 tokens here so that a ~1,100-token listing crosses it four times; at the
+    default 2,048 the same path needs ~300 options, and the two ~3,700-token prefills of 500 (ours,
+    the oracle's) cost ~40 s for no other code path: attention grows with the square of the
+    option count. That 1,000 options compile to distinct labels is tested in test_engine_scale.py;
     packed = unpacked is held, with the same oracle, at 200 letter options above."""
     req = {"model": "m", "state": "I need p42.", "questions": {
-        "p": {"type": "choice", "criteria": {f"p{j}": None for j in range(500)}}}}
+        "p": {"type": "choice", "criteria": {f"p{j}": None for j in range(150)}}}}
     d = Decider.from_dir(tiny_model_dir, threads=THREADS)
+    d.engine.prefill_chunk = 256
+    (q,) = compiled(d, req, "letters").questions
+    prompt = list(compiled(d, req, "letters").prefix_ids + q.suffix_ids)
     got = d.probabilities(req, label_mode="letters")["p"]
     assert d.engine.stats.packed_rows >= 1
+    assert d.engine.stats.runs > len(prompt) // 256  # really chunked
 
-    (q,) = compiled(d, req, "letters").questions
-    assert len(set(q.labels)) == 500
-    prompt = list(compiled(d, req, "letters").prefix_ids + q.suffix_ids)
+    assert len(set(q.labels)) == 150 and {len(label) for label in q.labels} == {2}
+    seconds = {label[1] for label in q.labels}
+    assert seconds & set("ABC") and seconds & set("abc")  # second characters of both cases
+    assert max(map(len, q.label_paths.paths)) >= 2  # a label is more than one token: a factorized trie
     oracle = kv_oracle_option_probs(tiny_torch, prompt, q.label_paths.paths, q.label_paths.owners, len(q.options))
     np.testing.assert_allclose(got, oracle, atol=TOL, rtol=0)
 
