@@ -46,20 +46,33 @@ QUESTIONS = [  # five different questions: each request computes its own suffix 
 
 
 class Apps:
-    """Deploys the Serve app with the options asked for; redeploys only when they change
-    (at most 2 Decider replicas exist at a time: the cluster has 2 CPUs)."""
+    """Deploys the Serve app with the options asked for, afresh (its replicas start with empty
+    caches and a new hash ring), and only when they change: a deployment takes ~10 s, and at most
+    2 Decider replicas exist at a time (the cluster has 2 CPUs). Preset files only add routes, so
+    a deployment keeps serving the ones it was given and a test asking for fewer reuses it.
+    Redeploying in place is no cheaper: Serve gives each ``serve.run`` a new version and rolls
+    every replica."""
+
+    DEFAULTS: dict[str, Any] = {"num_replicas": 2, "affinity": True, "batching": "micro"}
 
     def __init__(self, model_dir: Any, url: str):
-        self.model_dir, self.url, self.current = model_dir, url, None
+        self.model_dir, self.url = model_dir, url
+        self.current: dict[str, Any] | None = None
+        self.presets: tuple[str, ...] = ()
+        self.deployments = 0
 
     def ensure(self, presets: tuple[str, ...] = (), **options: Any) -> str:
         """``presets``: preset files the ingress serves (``settings.presets``)."""
-        if {**options, "presets": presets} != self.current:
+        wanted = {**self.DEFAULTS, **options}
+        if wanted != self.current or not set(presets) <= set(self.presets):
             with contextlib.suppress(Exception):
                 serve.delete(APP)
-            settings = {"api_keys": {KEY: "tests"}, "presets": list(presets)}
-            serve.run(build_app(self.model_dir, settings=settings, **options), name=APP, route_prefix="/")
-            self.current = {**options, "presets": presets}
+            kept = self.presets if self.current is not None else ()
+            self.presets = tuple(dict.fromkeys((*kept, *presets)))
+            settings = {"api_keys": {KEY: "tests"}, "presets": list(self.presets)}
+            serve.run(build_app(self.model_dir, settings=settings, **wanted), name=APP, route_prefix="/")
+            self.current = wanted
+            self.deployments += 1
         return self.url
 
 
@@ -67,8 +80,16 @@ class Apps:
 def apps(tiny_model_dir, serve_url) -> Iterator[Apps]:
     apps = Apps(tiny_model_dir, serve_url)
     yield apps
+    print(f"\nServe app deployments: {apps.deployments}")
     with contextlib.suppress(Exception):
         serve.delete(APP)
+
+
+@pytest.fixture(scope="module", params=["micro", "serve"])
+def batching(request: pytest.FixtureRequest) -> str:
+    """The two batching paths. Module-scoped, so pytest runs every test of one path before the
+    other's (one deployment each), and the tests that do not batch first."""
+    return request.param
 
 
 # --------------------------------------------------------------------------- the SDK round trip
@@ -215,34 +236,6 @@ def _summary(records: list[dict[str, Any]], decider: Any) -> dict[str, Any]:
             "hit_rate": hits / (hits + misses), "mean_ms": 1000 * statistics.mean(r["seconds"] for r in records)}
 
 
-def test_a_request_to_a_killed_replica_is_answered_by_the_other(apps, tiny_decider):
-    """Kill (``ray.kill``) the replica that owns a state while a request about it is on its way:
-    ``RemoteDecider`` re-sends it, another replica answers it, the answer equals ``Decider.run``."""
-    import ray
-
-    url = apps.ensure(num_replicas=2, affinity=True)
-    _wait_for_both_replicas(url)
-    state = _state(1000)
-    owner = _ask(url, state, QUESTIONS[0])["replica"]
-    request = {"model": tiny_decider.name, "state": state, "questions": QUESTIONS[2]}
-    answer: dict[str, Any] = {}
-    sent = threading.Thread(target=lambda: answer.update(r=httpx.post(
-        url + "/v1/systemone", json=request, headers={"authorization": f"Bearer {KEY}"}, timeout=60)))
-    before = _replica_counters(url)
-    sent.start()
-    ray.kill(ray.get_actor(f"SERVE_REPLICA::{APP}#Decider#{owner}", namespace="serve"), no_restart=True)
-    sent.join(60)
-    apps.current = None  # Serve replaces the replica (a new ring): the next test redeploys
-    assert answer["r"].status_code == 200, answer["r"].text
-    got = answer["r"].json()["answers"]["team"]
-    want = tiny_decider.run(request).answers["team"]
-    assert got["choice"] == want.choice
-    assert got["probabilities"] == pytest.approx(want.probabilities, abs=1e-5)
-    after = _replica_counters(url)
-    others = [r for r in after if r != owner and after[r]["calls"] > before.get(r, {}).get("calls", 0)]
-    assert others, (owner, before, after)  # another replica computed it
-
-
 def test_affinity_keeps_each_state_on_one_replica_and_default_router_does_not(apps, tiny_decider,
                                                                                record_property):
     url = apps.ensure(num_replicas=2, affinity=True)
@@ -290,7 +283,6 @@ def _post_together(client: httpx.Client, url: str, bodies: list[dict[str, Any]])
         return list(pool.map(post, bodies))
 
 
-@pytest.mark.parametrize("batching", ["micro", "serve"])
 def test_both_batching_paths_batch_and_equal_decider_run(apps, tiny_decider, batching):
     """16 concurrent requests about one state (one replica owns it), 4 different questions: every
     answer equals ``Decider.run`` within 1e-5, every request is counted once in a ``run_many``, and
@@ -324,7 +316,6 @@ ASKED = [{"type": "predicate", "name": "refund", "instructions": "Does the custo
           "choices": [{"value": "billing"}, {"value": "tech", "description": "bugs, outages"}]}]
 
 
-@pytest.mark.parametrize("batching", ["serve", "micro"])  # "serve" first: the deployment the test above left
 def test_a_refused_question_is_refused_alone_as_by_the_local_server(apps, tiny_decider, tiny_server, batching):
     """/v1/decisions through Serve with one question the compiler refuses between two it answers:
     that question is a refusal and the others are answered, on both batching paths, the Decision
@@ -390,7 +381,6 @@ def fitted_preset(tiny_decider, tmp_path_factory) -> tuple[Any, Any]:
     return load_preset(path), (str(path), str(other))
 
 
-@pytest.mark.parametrize("batching", ["serve", "micro"])
 def test_a_fitted_preset_answers_through_serve_as_in_python(apps, tiny_decider, fitted_preset, batching):
     """The replicas receive a preset's fitted head on both batching paths: the answer equals
     ``answer_preset`` in this process (the head's probabilities, its calibration note), concurrent
@@ -419,3 +409,34 @@ def test_a_fitted_preset_answers_through_serve_as_in_python(apps, tiny_decider, 
         assert r.status_code == 422 and "params.fitted" in r.text, r.text
         r = client.post(url + "/v1/presets/other", json={"state": state, "params": {"fitted": "none"}})
         assert r.status_code == 200, r.text
+
+
+# --------------------------------------------------------------------------- a replica lost
+
+
+def test_a_request_to_a_killed_replica_is_answered_by_the_other(apps, tiny_decider):
+    """Kill (``ray.kill``) the replica that owns a state while a request about it is on its way:
+    ``RemoteDecider`` re-sends it, another replica answers it, the answer equals ``Decider.run``."""
+    import ray
+
+    url = apps.ensure(num_replicas=2, affinity=True)
+    _wait_for_both_replicas(url)
+    state = _state(1000)
+    owner = _ask(url, state, QUESTIONS[0])["replica"]
+    request = {"model": tiny_decider.name, "state": state, "questions": QUESTIONS[2]}
+    answer: dict[str, Any] = {}
+    sent = threading.Thread(target=lambda: answer.update(r=httpx.post(
+        url + "/v1/systemone", json=request, headers={"authorization": f"Bearer {KEY}"}, timeout=60)))
+    before = _replica_counters(url)
+    sent.start()
+    ray.kill(ray.get_actor(f"SERVE_REPLICA::{APP}#Decider#{owner}", namespace="serve"), no_restart=True)
+    sent.join(60)
+    apps.current = None  # Serve replaces the replica (a new ring): the next test redeploys
+    assert answer["r"].status_code == 200, answer["r"].text
+    got = answer["r"].json()["answers"]["team"]
+    want = tiny_decider.run(request).answers["team"]
+    assert got["choice"] == want.choice
+    assert got["probabilities"] == pytest.approx(want.probabilities, abs=1e-5)
+    after = _replica_counters(url)
+    others = [r for r in after if r != owner and after[r]["calls"] > before.get(r, {}).get("calls", 0)]
+    assert others, (owner, before, after)  # another replica computed it
