@@ -112,6 +112,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="W5: largest difference of a number in an HTTP answer from the in-process one")
     p.add_argument("--int8-dir", type=Path, default=None,
                    help="INT8 export to run as ours int8 (default: <fp32 export>-int8, made when missing)")
+    p.add_argument("--torch-weights", type=Path, default=None,
+                   help="what transformers loads for the reference and free-text peers: the export's GGUF "
+                        "(default) or a Hugging Face folder holding the same weights (loads in seconds "
+                        "where transformers takes ~16 s to read the tiny model's GGUF)")
     return harness.common_args(p)
 
 
@@ -342,16 +346,19 @@ def run_free_text(run: Run, model: Any, mode: str) -> None:
 
 
 def run_transformers_peers(run: Run, peers: set[str], mode: str) -> None:
-    """Load the GGUF in transformers once, then the reference and free-text peers."""
+    """Load the weights in transformers once (the GGUF, or --torch-weights), then the reference and
+    free-text peers."""
     run.rss.phase("transformers_load")
-    if run.gguf is None:
+    weights = run.args.torch_weights or run.gguf
+    if weights is None:
         run.res["skipped"]["transformers"] = "no GGUF for this export: the reference needs the same weights"
         return
     import torch
 
     torch.set_num_threads(run.args.threads)
     t0 = time.perf_counter()
-    model = load_torch_model(run.gguf)
+    model = load_torch_model(weights)
+    run.res["torch_weights"] = str(weights)
     run.res["transformers_load_s"] = round(time.perf_counter() - t0, 1)
     if "reference" in peers:
         run_reference(run, model, mode)

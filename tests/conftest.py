@@ -207,34 +207,43 @@ def tiny_server(tiny_decider):
 
 
 @pytest.fixture(scope="session")
-def tiny_torch(tiny_gguf):
-    """The same tiny GGUF in PyTorch (transformers, fp32): the independent oracle for the engine.
-
-    transformers reads the GGUF once (~16 s on one core, nearly all of it parsing the file) and the
-    model it makes is kept on disk beside the test exports: its config and state dict, the same
-    tensors (tests/export_cache.py, keyed by the GGUF's bytes and the library versions). A test
-    process loads that in ~2 s."""
-    import json
-    import os
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
+def tiny_hf_dir(tiny_gguf):
+    """The tiny GGUF as transformers reads it, kept as a Hugging Face folder (config.json and
+    model.safetensors: the same float32 tensors) beside the test exports, keyed by the GGUF's bytes
+    and the library versions (tests/export_cache.py). transformers reads the GGUF once (~16 s on
+    one core, nearly all of it parsing the file); the folder loads in under a second."""
     from export_cache import cached_export
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     def build(work):
+        import json
+        import os
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from safetensors.torch import save_model
+        from transformers import AutoModelForCausalLM
+
         model = AutoModelForCausalLM.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name,
                                                      dtype=torch.float32)
         config = model.config.to_dict()
         config.pop("quantization_config")  # the GGUF's: the tensors are float32 now
         work.mkdir(parents=True)
         (work / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        torch.save(model.state_dict(), work / "state_dict.pt")
+        save_model(model, str(work / "model.safetensors"))  # the tied LM head once
 
-    folder = cached_export("smollm2-135m-torch", build, marker="state_dict.pt", inputs=(tiny_gguf,))
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=torch.float32)
-    model.load_state_dict(torch.load(folder / "state_dict.pt", weights_only=True))  # strict: every tensor
-    return model.eval()
+    return cached_export("smollm2-135m-hf", build, marker="model.safetensors", inputs=(tiny_gguf,))
+
+
+@pytest.fixture(scope="session")
+def tiny_torch(tiny_hf_dir):
+    """The same tiny GGUF in PyTorch (transformers, fp32): the independent oracle for the engine."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_hf_dir, dtype=torch.float32).eval()
 
 
 def _int8_export(tiny_model_dir, key: str, activations: str):

@@ -32,13 +32,17 @@ def run_bench(*args: str, timeout: int) -> tuple[dict, dict, dict]:
     return doc, read_results(out), json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_the_reference_peer_agrees_with_ours_to_1e_5(tmp_path, tiny_model_dir, tiny_gguf, tiny_int8_model_dir):
+def test_the_reference_peer_agrees_with_ours_to_1e_5(tmp_path, tiny_model_dir, tiny_hf_dir, tiny_int8_model_dir):
+    """The reference reads the tiny GGUF's tensors from the folder transformers made of it
+    (``tiny_hf_dir``, the same float32 tensors); test_every_peer_runs_on_tiny loads the GGUF itself."""
     out = tmp_path / "w1.json"
     doc, res, ratios = run_bench("--model", str(tiny_model_dir), "--int8-dir", str(tiny_int8_model_dir),
                                  "--trials", "1", "--warmup", "0", "--workloads", "W1,W2", "--peers", "ours,reference",
                                  "--ours", "fp32", "--modes", "names", "--cache", "off", "--packed", "auto",
-                                 "--profile", "none", "--threads", str(THREADS), "--out", str(out), timeout=900)
+                                 "--torch-weights", str(tiny_hf_dir), "--profile", "none", "--threads", str(THREADS),
+                                 "--out", str(out), timeout=900)
     assert problems(doc) == [] and doc["tool"] == "bench" and "partial" not in doc
+    assert res["torch_weights"] == str(tiny_hf_dir)
     assert doc["model"] == res["model"] == "smollm2-135m"
     assert doc["machine"]["load_avg_start"] == res["load_avg_start"]
     for wl in ("W1", "W2"):
