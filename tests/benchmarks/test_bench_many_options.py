@@ -34,7 +34,7 @@ def test_a_small_run_writes_the_result(tmp_path, tiny_model_dir):
 
     out = tmp_path / "many.json"
     assert many_options.main(["--model", str(tiny_model_dir), "--options", "3,12", "--modes", "auto",
-                              "--chunks", "2048,64", "--out", str(out)]) == 0
+                              "--chunks", "2048,64", "--threads", str(THREADS), "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert problems(doc) == [] and doc["tool"] == "many_options"
     systems = read_results(out)["systems"]

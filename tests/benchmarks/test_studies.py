@@ -10,6 +10,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from td_threads import THREADS
 from tokenizers import Tokenizer
 
 from benchmarks import harness
@@ -26,11 +27,11 @@ def test_prefill_chunks_restacking_answers_as_the_engine(tmp_path, tiny_model_di
     from benchmarks.studies import prefill_chunks
 
     out = tmp_path / "chunks.json"
-    assert prefill_chunks.main(["--model", str(tiny_model_dir), "--tokens", "900", "--chunk", "256",
-                                "--trials", "1", "--out", str(out)]) == 0
+    assert prefill_chunks.main(["--model", str(tiny_model_dir), "--tokens", "450", "--chunk", "128",
+                                "--trials", "1", "--threads", str(THREADS), "--out", str(out)]) == 0
     res = read_results(out)
     assert problems(json.loads(out.read_text())) == []
-    assert res["prompt_tokens"] > 3 * 256, res  # long enough to be chunked: the baseline really ran
+    assert res["prompt_tokens"] > 3 * 128, res  # long enough to be chunked: the baseline really ran
     assert res["max_abs_dp"] <= 1e-5, res
 
 
@@ -40,7 +41,7 @@ def test_mid_layers_cost_times_the_export_against_its_twin_without_the_outputs(t
 
     out = tmp_path / "mid.json"
     assert mid_layers_cost.main(["--model", str(tiny_model_dir), "--tokens", "32", "--rounds", "1",
-                                 "--out", str(out)]) == 0
+                                 "--threads", str(THREADS), "--out", str(out)]) == 0
     res = read_results(out)
     assert problems(json.loads(out.read_text())) == []
     assert res["hidden_layers"] == [15, 20]
