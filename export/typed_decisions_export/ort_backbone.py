@@ -14,16 +14,26 @@ from typing import Any
 import numpy as np
 
 
+def cpu_session(model: Path | bytes, *, threads: int | None = None) -> Any:
+    """An ONNX Runtime CPU session with the runtime's thread count (``typed_decisions.cpu.engine_threads``:
+    ``threads``, else ``TYPED_DECISIONS_THREADS``, else the cores this process may use). ONNX Runtime's
+    own default is every physical core of the machine, which oversubscribes processes that share the
+    cores (test workers, a container's quota)."""
+    import onnxruntime as ort
+
+    from typed_decisions.cpu import engine_threads
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = engine_threads(threads)
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), opts,
+                                providers=["CPUExecutionProvider"])
+
+
 class OrtBackbone:
     """One InferenceSession over `model*.onnx`, with past/present tensors found by their names."""
 
     def __init__(self, onnx_path: Path, *, threads: int | None = None):
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        if threads:
-            opts.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+        self.session = cpu_session(onnx_path, threads=threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
         # last_hidden_state and present.* in the graph's order; a builder graph's mid-layer outputs
         # (hidden_state.{k}, docs/FORMAT.md) are not fetched here: the checks compare the format's core.

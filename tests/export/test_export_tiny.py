@@ -165,6 +165,17 @@ def test_onnx_graph_io(tiny_exports):
     assert isinstance(shape[0], str) and isinstance(shape[2], str) and shape[1] == 2 and shape[3] == 16
 
 
+def test_the_exporters_sessions_keep_to_the_runtimes_thread_count(tiny_exports, monkeypatch):
+    """The self-check, drift and adoption sessions use typed_decisions.cpu.engine_threads, not ONNX
+    Runtime's default (every physical core), so test workers and containers sharing cores do
+    not oversubscribe them."""
+    out, _ = tiny_exports["qwen2"]
+    assert OrtBackbone(out / "model.onnx").session.get_session_options().intra_op_num_threads == THREADS
+    monkeypatch.setenv("TYPED_DECISIONS_THREADS", "3")
+    assert OrtBackbone(out / "model.onnx").session.get_session_options().intra_op_num_threads == 3
+    assert OrtBackbone(out / "model.onnx", threads=2).session.get_session_options().intra_op_num_threads == 2
+
+
 def test_runtime_loads_export_and_refuses_corruption(tiny_exports, tmp_path):
     """The runtime's loader verifies the hashes this exporter writes; a flipped byte is refused."""
     from typed_decisions.artifacts import load_artifacts

@@ -63,9 +63,9 @@ def plan_prompts(out_dir: Path, tokenizer_facts: dict[str, Any], chat_template: 
 def source_logits(onnx_path: Path, sequences: list[list[int]], num_kv_heads: int, head_dim: int,
                   kv_dtype: str) -> dict[tuple[int, ...], np.ndarray]:
     """The unmodified graph on each sequence alone, empty past: ids -> logits (S, V) float64."""
-    import onnxruntime as ort
+    from ..ort_backbone import cpu_session
 
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    session = cpu_session(onnx_path)
     past = [i.name for i in session.get_inputs() if i.name.startswith("past_key_values.")]
     refs = {}
     for ids in sequences:

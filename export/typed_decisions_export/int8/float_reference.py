@@ -82,7 +82,7 @@ def run_segmented(spec: Any, tensors: Any, runs: list[Run], scratch: Path, *, bu
                   log=print) -> None:
     """Fill each run's `hidden` through the float32 graph of `spec`, written from `tensors` and run
     a segment of layers at a time (module docstring). A run's parent comes before it in `runs`."""
-    import onnxruntime as ort
+    from ..ort_backbone import cpu_session
 
     vocab = sorted({int(t) for r in runs for t in r.ids.ravel()})
     index = {t: j for j, t in enumerate(vocab)}
@@ -98,7 +98,7 @@ def run_segmented(spec: Any, tensors: Any, runs: list[Run], scratch: Path, *, bu
         with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=scratch) as folder:
             path = Path(folder) / "segment.onnx"
             write_backbone(part, sliced, path, log=lambda m: None, hidden_input=a > 0, final_norm=b == spec.num_layers)
-            session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            session = cpu_session(path)
             presents: dict[int, list[np.ndarray]] = {}
             for r, run in enumerate(runs):
                 batch = run.ids.shape[0]
