@@ -88,7 +88,7 @@ def apps(tiny_model_dir, serve_url) -> Iterator[Apps]:
 @pytest.fixture(scope="module", params=["micro", "serve"])
 def batching(request: pytest.FixtureRequest) -> str:
     """The two batching paths. Module-scoped, so pytest runs every test of one path before the
-    other's (one deployment each), and the tests that do not batch first."""
+    other's: one deployment each."""
     return request.param
 
 
