@@ -60,8 +60,8 @@ def test_packed_equals_unpacked_and_the_transformers_oracle(tiny_model_dir, tiny
 
 def test_many_letter_options_after_a_chunked_prefill(tiny_model_dir, tiny_torch):
     """150 options (two-letter labels, second letters of both cases, a trie factorized by the
-    first letter), packed, after a question prefilled in
-    chunks: the label step is one tree block after the last chunk, against kv_oracle_option_probs.
+    first letter), packed, after a question prefilled in chunks: the label step is one tree block
+    after the last chunk, against kv_oracle_option_probs.
 
     The chunk is 256 tokens here so that a ~1,100-token listing crosses it four times; at the
     default 2,048 the same path needs ~300 options, and the two ~3,700-token prefills of 500 (ours,
@@ -72,8 +72,9 @@ def test_many_letter_options_after_a_chunked_prefill(tiny_model_dir, tiny_torch)
         "p": {"type": "choice", "criteria": {f"p{j}": None for j in range(150)}}}}
     d = Decider.from_dir(tiny_model_dir, threads=THREADS)
     d.engine.prefill_chunk = 256
-    (q,) = compiled(d, req, "letters").questions
-    prompt = list(compiled(d, req, "letters").prefix_ids + q.suffix_ids)
+    comp = compiled(d, req, "letters")
+    (q,) = comp.questions
+    prompt = list(comp.prefix_ids + q.suffix_ids)
     got = d.probabilities(req, label_mode="letters")["p"]
     assert d.engine.stats.packed_rows >= 1
     assert d.engine.stats.runs > len(prompt) // 256  # really chunked

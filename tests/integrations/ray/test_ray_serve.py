@@ -59,7 +59,6 @@ class Apps:
         self.model_dir, self.url = model_dir, url
         self.current: dict[str, Any] | None = None
         self.presets: tuple[str, ...] = ()
-        self.deployments = 0
 
     def ensure(self, presets: tuple[str, ...] = (), **options: Any) -> str:
         """``presets``: preset files the ingress serves (``settings.presets``)."""
@@ -72,7 +71,6 @@ class Apps:
             settings = {"api_keys": {KEY: "tests"}, "presets": list(self.presets)}
             serve.run(build_app(self.model_dir, settings=settings, **wanted), name=APP, route_prefix="/")
             self.current = wanted
-            self.deployments += 1
         return self.url
 
 
@@ -80,7 +78,6 @@ class Apps:
 def apps(tiny_model_dir, serve_url) -> Iterator[Apps]:
     apps = Apps(tiny_model_dir, serve_url)
     yield apps
-    print(f"\nServe app deployments: {apps.deployments}")
     with contextlib.suppress(Exception):
         serve.delete(APP)
 
