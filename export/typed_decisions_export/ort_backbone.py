@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 
-def cpu_session(model: Path | bytes, *, threads: int | None = None) -> Any:
+def cpu_session(onnx_path: Path, *, threads: int | None = None) -> Any:
     """An ONNX Runtime CPU session with the runtime's thread count (``typed_decisions.cpu.engine_threads``:
     ``threads``, else ``TYPED_DECISIONS_THREADS``, else the cores this process may use). ONNX Runtime's
     own default is every physical core of the machine, which oversubscribes processes that share the
@@ -25,8 +25,7 @@ def cpu_session(model: Path | bytes, *, threads: int | None = None) -> Any:
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = engine_threads(threads)
-    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), opts,
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
 
 
 class OrtBackbone:
