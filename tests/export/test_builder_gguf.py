@@ -20,6 +20,7 @@ the bounded self-check fail.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import replace
@@ -37,7 +38,7 @@ from test_builder import (
     _swapped_rotate_half,
     compare_graphs,
 )
-from tiny_gguf import write_gguf
+from tiny_gguf import untie_gguf, write_gguf
 from tiny_models import save_tiny_model
 from typed_decisions_export import SelfCheckError, export_model
 from typed_decisions_export.builder import BuilderError, WeightError, open_source
@@ -350,13 +351,35 @@ def test_weights_check_sees_a_changed_full_export(gguf_pairs, tmp_path):
         assert weights_differing(full, scratch, spec.embed, ids)[1] == ["model.layers.1.mlp.down_proj.weight"]
 
 
-def test_builder_reads_a_separate_output_weight(smollm2_gguf, tmp_path):
-    """A GGUF with `output.weight` (here -token_embd in F16) is untied: lm_head.npy is that tensor."""
-    from test_export_smollm2 import _untied_gguf
+@pytest.fixture(scope="module")
+def untied_gguf(tiny_ggufs, tmp_path_factory) -> tuple[Path, np.ndarray]:
+    """The tiny Qwen2 GGUF (tied) with `output.weight` = -token_embd in F16 added: (file, that head)."""
+    path = tmp_path_factory.mktemp("untied") / "qwen2-untied.gguf"
+    return path, untie_gguf(tiny_ggufs["qwen2"], path)
+
+
+def test_builder_reads_a_separate_output_weight(untied_gguf, tmp_path):
+    """A GGUF with `output.weight` is untied: lm_head.npy is that tensor."""
     from typed_decisions_export.builder import spec_of, write_lm_head
 
-    head = _untied_gguf(smollm2_gguf, tmp_path / "untied.gguf")
-    source = open_source("gguf", tmp_path / "untied.gguf")
+    path, head = untied_gguf
+    source = open_source("gguf", path)
     assert source.config["tie_word_embeddings"] is False
     write_lm_head(source, tmp_path / "lm_head.npy", spec=spec_of(source.config))
     np.testing.assert_array_equal(np.load(tmp_path / "lm_head.npy"), head.astype(np.float32))
+
+
+def test_the_traced_loader_reads_a_separate_output_weight(untied_gguf):
+    """The traced export's loader (transformers) unties it too: the LM head is that tensor, not the
+    embedding, and the manifest's source hash is the file's."""
+    from typed_decisions_export.loading import load_source
+    from typed_decisions_export.manifest import lm_head_weight
+
+    path, head = untied_gguf
+    loaded = load_source(path, log=lambda m: None)
+    assert loaded.model.config.tie_word_embeddings is False
+    lm_head = lm_head_weight(loaded.model)  # (V, H)
+    np.testing.assert_array_equal(lm_head, head.astype(np.float32))
+    embed = loaded.model.get_input_embeddings().weight.detach().numpy()
+    np.testing.assert_allclose(lm_head, -embed, atol=1e-3)  # f16 rounding of the negated embedding
+    assert loaded.source["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,20 +1,17 @@
 """The tiny REAL model: SmolLM2-135M-Instruct (Q4_1 GGUF, llama, 30 layers) from the catalogue.
 
 Its float32 export is cached on disk (conftest.smollm2_export), so after the first run these tests
-take seconds. Also checked here: a GGUF whose `output.weight` differs from `token_embd.weight`
-(made by copying the tiny GGUF and adding one) exports that separate LM head, not the embedding.
+take seconds. A GGUF whose `output.weight` differs from `token_embd.weight` is checked on a tiny
+file (test_builder_gguf.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 
-import numpy as np
 import pytest
 
-from typed_decisions_export.loading import load_source, resolve_source
-from typed_decisions_export.manifest import lm_head_weight
+from typed_decisions_export.loading import resolve_source
 from typed_decisions_export.selfcheck import TOLERANCES
 
 
@@ -58,47 +55,6 @@ def test_runtime_loads_smollm2_export(smollm2_export):
     assert art.onnx_path.name == "model.onnx"
     assert art.lm_head.shape == (49152, 576)
     assert art.chat_template is not None and "<|im_start|>" in art.chat_template
-
-
-def _untied_gguf(src, dst):
-    """Copy `src` adding `output.weight` = -token_embd (float16): an LM head that is not the embedding."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(src))
-    arch = reader.fields["general.architecture"].contents()
-    writer = gguf.GGUFWriter(str(dst), arch=arch)
-    for field in reader.fields.values():
-        if field.name == "general.architecture" or field.name.startswith("GGUF."):
-            continue
-        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
-    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
-    head = (-gguf.quants.dequantize(embd.data, embd.tensor_type)).astype(np.float16)  # (V, H)
-    for t in reader.tensors:
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    writer.add_tensor_info("output.weight", head.shape, head.dtype, head.nbytes, gguf.GGMLQuantizationType.F16)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in reader.tensors:
-        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-    writer.write_tensor_data(head)
-    writer.close()
-    return head
-
-
-def test_gguf_with_separate_output_weight_exports_it(smollm2_gguf, tmp_path):
-    dst = tmp_path / "smollm2-untied.gguf"
-    head = _untied_gguf(smollm2_gguf, dst)
-    loaded = load_source(dst, log=lambda m: None)
-    model = loaded.model
-    assert model.config.tie_word_embeddings is False
-    lm_head = lm_head_weight(model)  # (V, H)
-    np.testing.assert_array_equal(lm_head, head.astype(np.float32))
-    embed = model.get_input_embeddings().weight.detach().numpy()
-    np.testing.assert_allclose(lm_head, -embed, atol=1e-3)  # f16 rounding of the negated embedding
-    assert loaded.source["sha256"] == hashlib.sha256(dst.read_bytes()).hexdigest()
-    os.remove(dst)
 
 
 @pytest.mark.parametrize("text", ["Is the sky blue?", "déjà vu — 日本語 🙂", "  two  spaces\tand tab"])

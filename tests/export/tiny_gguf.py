@@ -113,3 +113,32 @@ def write_gguf(folder: Path, path: Path) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def untie_gguf(src: Path, dst: Path) -> np.ndarray:
+    """Copy a tied GGUF adding `output.weight` = -token_embd (float16): an LM head that is not the
+    embedding. Returns that head, (vocab, hidden)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    assert all(t.name != "output.weight" for t in reader.tensors), f"{src} is untied already"
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(dst), arch=arch)
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+            continue
+        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub)
+    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    head = (-gguf.quants.dequantize(embd.data, embd.tensor_type)).astype(np.float16)  # (V, H)
+    for t in reader.tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.add_tensor_info("output.weight", head.shape, head.dtype, head.nbytes, gguf.GGMLQuantizationType.F16)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    writer.write_tensor_data(head)
+    writer.close()
+    return head
