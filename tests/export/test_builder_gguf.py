@@ -10,6 +10,7 @@ Oracles:
   local RoPE base, then a full one; norm weights stored as w + 1; one KV head) and Phi-3 (fused
   qkv and gate_up, untied) written by tiny_gguf.py in Q8_0, Q4_1, F16 and F32;
 - transformers' own GGUF config (AutoConfig with gguf_file) for the metadata reading;
+- transformers' loader for a separate `output.weight` (the tiny Qwen2 file untied by tiny_gguf.untie_gguf);
 - transformers' LlamaTensorProcessor and llama.cpp's permute for the un-permutation.
 
 Mutations (a swapped RoPE half, queries grouped onto the wrong KV heads, Qwen2's q/k/v biases left
