@@ -14,10 +14,10 @@ APIs, unchanged:
   (every BAT relation) and repetition must be perfect; option permutation and choice-set coherence
   (CHO) are measured and printed, not asserted (docs/deploy.md reports them).
 
-Runtime: 222-363 s on 2 shared cores at load 8-12 (jevcompat 180-284 s, jevbench 35-68 s, two
-server starts); jevcompat alone took 136 s at load 2, so about 3 min on a quiet machine. Most of it is jevcompat's 128-, 255- and 256-option choices
-on CPU: 255 described options are a 4,369-token prompt, 13.5 s on 2 quiet cores and ~47 s at load
-7-13, nearly all of it the prompt's prefill (docs/benchmarks.md, "Many options"). The timeouts are
+Runtime: jevcompat's run took 29 s alone on 2 quiet Intel amx cores (keyless) and 57 s keyed in the
+suite beside the other test worker, most of it its 128-, 255- and 256-option choices: 255 described
+options are a 4,369-token prompt, 11.4 s there, nearly all of it the prompt's prefill
+(docs/benchmarks.md, "Many options"); loaded machines took up to 4x as long. The timeouts are
 300 s per request, so a loaded machine makes the run slow, never inconclusive.
 """
 
@@ -143,7 +143,7 @@ def _summary(rep: Any) -> str:
 def test_jevcompat_full_suite(served: str, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]):
     from jevcompat import report
 
-    rep = jevcompat_runner.run(served, key=KEY, timeout=300)  # 255 options: 13.5 s quiet, ~47 s at load 7-13
+    rep = jevcompat_runner.run(served, key=KEY, timeout=300)  # 255 options: 11.4 s quiet, ~4x loaded
     with capsys.disabled():
         print("\n" + _summary(rep))
         for r in rep.results:

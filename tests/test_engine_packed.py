@@ -36,6 +36,8 @@ CASES = {
 def deciders(tiny_model_dir) -> tuple[Decider, Decider]:
     packed = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0)
     unpacked = Decider.from_dir(tiny_model_dir, threads=THREADS, cache_bytes=0, packed=False)
+    for d in (packed, unpacked):  # every case's whole tree (1,679 tokens at most) fits one packed run
+        d.engine.prefill_chunk = 2048
     assert packed.engine.packed and not unpacked.engine.packed, packed.engine.packed_reason
     return packed, unpacked
 

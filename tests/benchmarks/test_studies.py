@@ -1,5 +1,6 @@
 """The kept studies still run (benchmarks/studies/): prefill_chunks' re-stacking baseline answers as
-the engine does (rows are independent: to 1e-5) on the tiny model; mid_layers_cost times the tiny
+the engine does (rows are independent: to 1e-5) on the tiny model; chunk_sizes answers W1 and W2
+alike (to 1e-5) with a chunk that splits them into more runs; mid_layers_cost times the tiny
 export against its twin without mid-layer outputs; w5_invariance and dataset_stats
 write their schema-1 result files, on a fake Decider and fake datasets (no model, no download)."""
 
@@ -33,6 +34,21 @@ def test_prefill_chunks_restacking_answers_as_the_engine(tmp_path, tiny_model_di
     assert problems(json.loads(out.read_text())) == []
     assert res["prompt_tokens"] > 3 * 128, res  # long enough to be chunked: the baseline really ran
     assert res["max_abs_dp"] <= 1e-5, res
+
+
+@pytest.mark.model
+def test_chunk_sizes_answers_alike_in_more_runs(tmp_path, tiny_model_dir):
+    from benchmarks.studies import chunk_sizes
+
+    out = tmp_path / "sizes.json"
+    assert chunk_sizes.main(["--model", str(tiny_model_dir), "--chunks", "2048,64", "--workloads", "W1,W2",
+                             "--rounds", "1", "--threads", str(THREADS), "--out", str(out)]) == 0
+    res = read_results(out)
+    assert problems(json.loads(out.read_text())) == []
+    assert list(res["workloads"]) == ["W1", "W2"] and res["chunks"] == [2048, 64]
+    for name, w in res["workloads"].items():
+        assert w["runs"]["2048"] == 1 and w["runs"]["64"] > 1, (name, w)   # the chunk really split the runs
+        assert w["max_abs_dp_vs_first"]["64"] <= 1e-5 and w["speedup_vs_first"]["2048"] == 1.0, (name, w)
 
 
 @pytest.mark.model

@@ -72,14 +72,15 @@ class Engine:
     Memory of one call: the KV of each distinct token of the call once (compact per-node segments,
     at most ``max_call_kv_bytes``, refused above) plus one batch in flight (stacked past + present,
     at most ``max_batch_kv_bytes``); prompts longer than ``prefill_chunk`` tokens are prefilled in
-    chunks of that size. The settings are plain attributes, read at each call.
+    chunks of that size, and no run computes more new tokens (512: fewer masked attention scores
+    than 2,048, docs/benchmarks.md). The settings are plain attributes, read at each call.
     """
 
     def __init__(self, artifacts: Artifacts, *, threads: int | None = None,
                  providers: Sequence[str] | None = None, cache_bytes: int = 512 << 20,
                  max_batch_rows: int | None = None, max_batch_tokens: int = 8192,
                  max_batch_kv_bytes: int = 1 << 30, max_call_kv_bytes: int = 4 << 30,
-                 prefill_chunk: int = 2048, cpu_check: bool = True, packed: bool | None = None,
+                 prefill_chunk: int = 512, cpu_check: bool = True, packed: bool | None = None,
                  solo_tokens: int = 256):
         self.artifacts = artifacts
         if cpu_check:  # an INT8 graph whose integers this CPU cannot compute is never loaded
