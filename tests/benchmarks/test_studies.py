@@ -21,17 +21,19 @@ from typed_decisions.evaluation import datasets as ds
 from typed_decisions.spec import OptionSpec, QuestionSpec
 
 
+def run_study(module, tmp_path, model, *args: str) -> dict:
+    """``module.main`` on ``model`` with this worker's threads; its result file has the schema."""
+    out = tmp_path / "result.json"
+    assert module.main(["--model", str(model), *args, "--threads", str(THREADS), "--out", str(out)]) == 0
+    assert problems(json.loads(out.read_text())) == []
+    return read_results(out)
+
+
 @pytest.mark.model
 def test_prefill_chunks_restacking_answers_as_the_engine(tmp_path, tiny_model_dir):
-    import json
-
     from benchmarks.studies import prefill_chunks
 
-    out = tmp_path / "chunks.json"
-    assert prefill_chunks.main(["--model", str(tiny_model_dir), "--tokens", "450", "--chunk", "128",
-                                "--trials", "1", "--threads", str(THREADS), "--out", str(out)]) == 0
-    res = read_results(out)
-    assert problems(json.loads(out.read_text())) == []
+    res = run_study(prefill_chunks, tmp_path, tiny_model_dir, "--tokens", "450", "--chunk", "128", "--trials", "1")
     assert res["prompt_tokens"] > 3 * 128, res  # long enough to be chunked: the baseline really ran
     assert res["max_abs_dp"] <= 1e-5, res
 
@@ -40,11 +42,7 @@ def test_prefill_chunks_restacking_answers_as_the_engine(tmp_path, tiny_model_di
 def test_chunk_sizes_answers_alike_in_more_runs(tmp_path, tiny_model_dir):
     from benchmarks.studies import chunk_sizes
 
-    out = tmp_path / "sizes.json"
-    assert chunk_sizes.main(["--model", str(tiny_model_dir), "--chunks", "2048,64", "--workloads", "W1,W2",
-                             "--rounds", "1", "--threads", str(THREADS), "--out", str(out)]) == 0
-    res = read_results(out)
-    assert problems(json.loads(out.read_text())) == []
+    res = run_study(chunk_sizes, tmp_path, tiny_model_dir, "--chunks", "2048,64", "--workloads", "W1,W2", "--rounds", "1")
     assert list(res["workloads"]) == ["W1", "W2"] and res["chunks"] == [2048, 64]
     for name, w in res["workloads"].items():
         assert w["runs"]["2048"] == 1 and w["runs"]["64"] > 1, (name, w)   # the chunk really split the runs
@@ -55,11 +53,7 @@ def test_chunk_sizes_answers_alike_in_more_runs(tmp_path, tiny_model_dir):
 def test_mid_layers_cost_times_the_export_against_its_twin_without_the_outputs(tmp_path, tiny_model_dir):
     from benchmarks.studies import mid_layers_cost
 
-    out = tmp_path / "mid.json"
-    assert mid_layers_cost.main(["--model", str(tiny_model_dir), "--tokens", "32", "--rounds", "1",
-                                 "--threads", str(THREADS), "--out", str(out)]) == 0
-    res = read_results(out)
-    assert problems(json.loads(out.read_text())) == []
+    res = run_study(mid_layers_cost, tmp_path, tiny_model_dir, "--tokens", "32", "--rounds", "1")
     assert res["hidden_layers"] == [15, 20]
     for shape, rows, seq in (("prefill", 1, 32), ("suffix_steps", 8, 24)):  # same numbers: checked inside
         assert res[shape]["mid_layer_bytes"] == 2 * rows * seq * 576 * 4  # 2 layers × (B, S, H) float32
