@@ -7,9 +7,9 @@ half of the last C² masked) but makes more runs, each copying its past.
 
     python -m benchmarks.studies.chunk_sizes --model EXPORT_DIR --chunks 2048,512,256 --rounds 3
 
-Prints one JSON object: median seconds per workload and chunk, each chunk's speed-up over the
-first, ONNX Runtime runs per request, and the largest probability difference from the first chunk
-(float sums in another order: ~1e-7, never a different answer).
+Prints a line per workload (median seconds per chunk, each chunk's speed-up over the first, ONNX
+Runtime runs per call) and writes the schema-1 result, which adds every round's seconds and the
+largest probability difference from the first chunk (float sums in another order: ~1e-7).
 """
 
 from __future__ import annotations
