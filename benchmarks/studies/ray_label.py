@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-WORKER_NICENESS = 0
 QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team should handle this?",
              "criteria": {"billing": "Payments, refunds", "tech": "Bugs, outages", "sales": "Plans, upgrades"}},
@@ -100,10 +99,9 @@ def main() -> int:
     import ray
     from ray_typed_decisions import label_dataset
 
-    # Ray's workers at nice 0 like the run_many baseline (Ray's default, 15, gives them ~1/30 of a
-    # core beside any nice-0 process: tests/integrations/ray/conftest.py)
-    ray.init(num_cpus=args.cpus, object_store_memory=300 << 20, include_dashboard=False,
-             _node_ip_address="127.0.0.1", log_to_driver=False, _system_config={"worker_niceness": WORKER_NICENESS})
+    from benchmarks.studies import ray_cluster
+
+    ray_cluster.start(args.cpus)
     ray.data.DataContext.get_current().enable_progress_bars = False
     ray.data.from_items([{"x": 1}]).materialize()  # Ray Data's own start-up, off the clock
     for name, actors, cpus in ((f"ray_1x{args.cpus}", 1, args.cpus), (f"ray_{args.cpus}x1", args.cpus, 1)):
@@ -129,7 +127,7 @@ def main() -> int:
         print(f"{k:20s} {v['seconds']:8.2f} {v['rows_per_s']:8.2f}  " +
               ", ".join(f"{m}={x:.3g}" for m, x in v.items() if m not in ("seconds", "rows_per_s")))
     report = {"rows": len(data), "batch_size": args.batch_size, "cpus": args.cpus, "cpu": describe(),
-              "worker_niceness": WORKER_NICENESS,
+              "worker_niceness": ray_cluster.WORKER_NICENESS,
               "results": results, "ratios_vs_run_many_mean": ratios,
               "load_average": list(os.getloadavg())}
     from benchmarks import harness

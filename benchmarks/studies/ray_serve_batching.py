@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 from benchmarks import harness
+from benchmarks.studies import ray_cluster
 from benchmarks.studies.ray_label import default_model
 
 KEY = "sk-bench"
@@ -142,10 +143,7 @@ def main() -> int:
     from ray_typed_decisions import build_app
 
     load_before = list(os.getloadavg())
-    # Replicas at nice 0 like the load generator (Ray's default, 15, gives them ~1/30 of a core
-    # beside any nice-0 process: tests/integrations/ray/conftest.py)
-    ray.init(num_cpus=2, object_store_memory=300 << 20, include_dashboard=False,
-             _node_ip_address="127.0.0.1", log_to_driver=False, _system_config={"worker_niceness": 0})
+    ray_cluster.start(2)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -200,7 +198,7 @@ def main() -> int:
               "requests": args.requests, "clients": args.clients, "trials": args.trials,
               "max_batch": 8, "max_wait_ms": 5.0, "model": Path(model).name,
               "load_average_before": load_before, "load_average_after": list(os.getloadavg()),
-              "load_note": args.load_note, "worker_niceness": 0, "summary": summary,
+              "load_note": args.load_note, "worker_niceness": ray_cluster.WORKER_NICENESS, "summary": summary,
               "throughput_ratio_serve_over_micro_per_trial": ratios,
               "throughput_ratio_serve_over_micro_median": statistics.median(ratios),
               "trials_detail": per_trial}
